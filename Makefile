@@ -1,0 +1,30 @@
+# The two commands a new user runs: `make train` (the main job) and `make test` (the whole suite).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup train test bench lint docs
+
+$(BIN)/torchrl-mask: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# CPU torch first: with no torch present, installing torchrl pulls a multi-GB CUDA build.
+	$(BIN)/pip install -q "torch==2.13.0"
+	$(BIN)/pip install -q -e ".[dev,tutorials,docs]"
+	touch $@
+
+setup: $(BIN)/torchrl-mask
+
+train: setup
+	$(BIN)/torchrl-mask train
+
+test: setup
+	$(BIN)/ruff check torchrl_mask tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/torchrl-mask bench
+
+docs: setup
+	$(BIN)/mkdocs build --strict

@@ -1,0 +1,118 @@
+"""Random rollouts fed identically to sb3-contrib's buffers and ours."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from sb3_contrib.common.maskable import buffers as sb3c
+
+import torchrl_mask
+from torchrl_mask.masks import mask_spec
+
+OBS_SPACES: dict[str, spaces.Space] = {
+    "box": spaces.Box(-2.0, 2.0, (3,), np.float32),
+    "image": spaces.Box(0, 255, (3, 6, 5), np.uint8),
+    "discrete": spaces.Discrete(7),
+    "multidiscrete": spaces.MultiDiscrete([3, 5]),
+    "multibinary": spaces.MultiBinary(4),
+    "dict": spaces.Dict(
+        {"image": spaces.Box(0, 255, (1, 6, 6), np.uint8), "vec": spaces.Box(-1, 1, (4,)), "pos": spaces.Discrete(9)}
+    ),
+}
+ACTION_SPACES: dict[str, spaces.Space] = {
+    "discrete": spaces.Discrete(6),
+    "multidiscrete": spaces.MultiDiscrete([3, 2, 4]),
+    "multibinary": spaces.MultiBinary(3),
+}
+
+
+def random_masks(action_space: spaces.Space, n_envs: int, rng: np.random.Generator) -> np.ndarray:
+    """Random masks with at least one allowed entry in every group."""
+    groups = mask_spec(action_space).groups
+    parts = []
+    for size in groups:
+        part = rng.random((n_envs, size)) < 0.5
+        part[np.arange(n_envs), rng.integers(0, size, n_envs)] = True
+        parts.append(part)
+    return np.concatenate(parts, axis=1)
+
+
+def random_obs(space: spaces.Space, n_envs: int, rng: np.random.Generator) -> Any:
+    if isinstance(space, spaces.Dict):
+        return {key: random_obs(sub, n_envs, rng) for key, sub in space.spaces.items()}
+    space.seed(int(rng.integers(1 << 31)))
+    return np.stack([space.sample() for _ in range(n_envs)])
+
+
+def random_step(obs_space, action_space, n_envs, rng, p_start=0.15):
+    action_space.seed(int(rng.integers(1 << 31)))
+    return dict(
+        obs=random_obs(obs_space, n_envs, rng),
+        action=np.stack([action_space.sample() for _ in range(n_envs)]),
+        reward=rng.normal(size=n_envs).astype(np.float32),
+        episode_start=(rng.random(n_envs) < p_start).astype(np.float32),
+        value=torch.as_tensor(rng.normal(size=(n_envs, 1)), dtype=torch.float32),
+        log_prob=torch.as_tensor(rng.normal(size=n_envs), dtype=torch.float32),
+        action_masks=random_masks(action_space, n_envs, rng),
+    )
+
+
+def make_pair(obs_space, action_space, buffer_size, n_envs, gamma=0.97, gae_lambda=0.9, **kwargs):
+    dict_obs = isinstance(obs_space, spaces.Dict)
+    ref_cls = sb3c.MaskableDictRolloutBuffer if dict_obs else sb3c.MaskableRolloutBuffer
+    our_cls = torchrl_mask.MaskableDictRolloutBuffer if dict_obs else torchrl_mask.MaskableRolloutBuffer
+    args = (buffer_size, obs_space, action_space, "cpu")
+    ref = ref_cls(*args, gae_lambda=gae_lambda, gamma=gamma, n_envs=n_envs)
+    ours = our_cls(*args, gae_lambda=gae_lambda, gamma=gamma, n_envs=n_envs, **kwargs)
+    return ref, ours
+
+
+def fill_pair(ref, ours, seed: int) -> None:
+    """Add the same random rollout to both buffers and compute GAE on both."""
+    rng = np.random.default_rng(seed)
+    for _ in range(ref.buffer_size):
+        step = random_step(ref.observation_space, ref.action_space, ref.n_envs, rng)
+        masks = step.pop("action_masks")
+        ref.add(*step.values(), action_masks=masks)
+        ours.add(*step.values(), action_masks=masks)
+    last_values = torch.as_tensor(rng.normal(size=(ref.n_envs, 1)), dtype=torch.float32)
+    dones = rng.random(ref.n_envs) < 0.3
+    ref.compute_returns_and_advantage(last_values=last_values, dones=dones)
+    ours.compute_returns_and_advantage(last_values=last_values, dones=dones)
+
+
+def assert_same_tensor(ref: torch.Tensor, ours: torch.Tensor, name: str, exact: bool) -> None:
+    assert ours.dtype == ref.dtype, f"{name}: dtype {ours.dtype} != sb3-contrib's {ref.dtype}"
+    assert ours.shape == ref.shape, f"{name}: shape {tuple(ours.shape)} != sb3-contrib's {tuple(ref.shape)}"
+    if exact:
+        assert torch.equal(ours, ref), f"{name} differs from sb3-contrib"
+    else:
+        torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5, msg=f"{name} differs from sb3-contrib")
+
+
+def assert_same_samples(ref_batch, our_batch) -> None:
+    assert type(our_batch) is type(ref_batch)
+    for field in ref_batch._fields:
+        ref_value, our_value = getattr(ref_batch, field), getattr(our_batch, field)
+        exact = field not in ("advantages", "returns")
+        if isinstance(ref_value, dict):
+            assert list(our_value) == list(ref_value)
+            for key in ref_value:
+                assert_same_tensor(ref_value[key], our_value[key], f"observations[{key!r}]", exact)
+        else:
+            assert_same_tensor(ref_value, our_value, field, exact)
+
+
+def assert_same_epochs(ref, ours, batch_size, seed: int, epochs: int = 2) -> int:
+    """Draw ``epochs`` epochs from both under one numpy seed; every minibatch must match. Returns the count."""
+    np.random.seed(seed)
+    ref_batches = [b for _ in range(epochs) for b in ref.get(batch_size)]
+    np.random.seed(seed)
+    our_batches = [b for _ in range(epochs) for b in ours.get(batch_size)]
+    assert len(our_batches) == len(ref_batches)
+    for ref_batch, our_batch in zip(ref_batches, our_batches, strict=True):
+        assert_same_samples(ref_batch, our_batch)
+    return len(ref_batches)

@@ -1,0 +1,518 @@
+"""sb3-contrib's maskable rollout buffers, with the rollout in one TensorDict.
+
+:class:`MaskableRolloutBuffer` and :class:`MaskableDictRolloutBuffer` keep sb3-contrib's API to the letter
+(constructor, ``reset``/``add``/``compute_returns_and_advantage``/``get``, the SB3 attributes, the
+minibatch namedtuples) and store the rollout in :attr:`MaskableRolloutBuffer.tensordict` (see
+:mod:`torchrl_mask.storage`). The two differ in one thing only: how observations are laid out.
+
+Example:
+    >>> import numpy as np, torch
+    >>> from gymnasium import spaces
+    >>> from torchrl_mask import MaskableRolloutBuffer
+    >>> buf = MaskableRolloutBuffer(4, spaces.Box(-1, 1, (3,)), spaces.Discrete(5), device="cpu", n_envs=2)
+    >>> for _ in range(4):
+    ...     buf.add(np.zeros((2, 3)), np.array([1, 2]), np.ones(2), np.zeros(2), torch.zeros(2, 1),
+    ...             torch.zeros(2), action_masks=np.ones((2, 5), dtype=bool))
+    >>> buf.compute_returns_and_advantage(last_values=torch.zeros(2, 1), dones=np.zeros(2))
+    >>> batch = next(buf.get(batch_size=8))
+    >>> tuple(batch.observations.shape), batch.action_masks.dtype
+    ((8, 3), torch.float32)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from sb3_contrib.common.maskable import buffers as sb3c_buffers
+from sb3_contrib.common.maskable.buffers import (
+    MaskableDictRolloutBufferSamples,
+    MaskableRolloutBufferSamples,
+)
+from stable_baselines3.common.buffers import BaseBuffer
+from tensordict import TensorDict
+from tensordict.utils import NestedKey
+
+from torchrl_mask import storage as st
+from torchrl_mask.advantage import GaeMethod, bootstrap_inputs, generalized_advantage
+from torchrl_mask.masks import MaskSpec, mask_spec
+
+__all__ = [
+    "MaskableDictRolloutBuffer",
+    "MaskableDictRolloutBufferSamples",
+    "MaskableRolloutBuffer",
+    "MaskableRolloutBufferSamples",
+]
+
+ArrayLike = np.ndarray | torch.Tensor | float | int | bool
+
+# Leaves whose rows are at least this many bytes are gathered per minibatch (memory stays flat); smaller
+# leaves are shuffled once per epoch into one contiguous copy that minibatches slice (no per-call overhead).
+PER_MINIBATCH_ROW_BYTES = 512
+
+
+class _SB3Array:
+    """An SB3 rollout attribute, read and written as a ``(buffer_size, n_envs, ...)`` numpy array.
+
+    On the CPU the array is a view of the storage leaf (writes land in the rollout); on an accelerator it is
+    a host copy. ``squeeze`` drops the leaf's trailing 1 (SB3 keeps rewards, values ... as ``(T, n_envs)``).
+    """
+
+    def __init__(self, key: NestedKey, squeeze: bool = False, dtype: np.dtype | None = None) -> None:
+        self.key = key
+        self.squeeze = squeeze
+        self.dtype = dtype
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def _sb3_view(self, buf: MaskableRolloutBuffer) -> torch.Tensor:
+        leaf = buf.tensordict.get(self.key)
+        if self.squeeze:
+            leaf = leaf[..., 0]
+        return leaf.transpose(0, 1)
+
+    def __get__(self, buf: MaskableRolloutBuffer | None, owner: type) -> Any:
+        if buf is None:
+            return self
+        array = _to_numpy(self._sb3_view(buf))
+        return array if self.dtype is None else array.astype(self.dtype)
+
+    def __set__(self, buf: MaskableRolloutBuffer, value: ArrayLike) -> None:
+        view = self._sb3_view(buf)
+        view.copy_(torch.as_tensor(np.asarray(value)).reshape(view.shape))
+
+
+def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.numpy() if tensor.device.type == "cpu" else tensor.cpu().numpy()
+
+
+def _as_tensor(value: ArrayLike | Any) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    return torch.as_tensor(np.asarray(value))
+
+
+class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
+    """Rollout buffer for maskable on-policy algorithms (MaskablePPO), stored in a TensorDict.
+
+    It holds ``buffer_size`` steps of ``n_envs`` envs collected with the current policy, with each step's
+    action mask, and is discarded after the policy update. Drop-in for sb3-contrib's buffer of the same
+    name: same constructor, methods, attributes and minibatches.
+
+    :param buffer_size: steps per env in one rollout (``n_steps`` of the algorithm).
+    :param observation_space: a Box, Discrete, MultiDiscrete or MultiBinary observation space.
+    :param action_space: a Discrete, MultiDiscrete (1-D ``nvec``) or 1-D MultiBinary action space.
+    :param device: where the rollout and the minibatches live; ``"auto"`` picks CUDA when available.
+    :param gae_lambda: factor for the bias/variance trade-off of GAE; 1 gives Monte-Carlo advantages.
+    :param gamma: discount factor.
+    :param n_envs: number of parallel envs.
+    :param check_masks: check in ``add()`` that each mask row (each sub-action group) allows an action;
+        False skips the check for speed (and on CUDA, the device sync it costs).
+    :param storage: ``"memory"`` (tensors on ``device``) or ``"memmap"`` (memory-mapped files on the host,
+        for rollouts larger than RAM).
+    :param memmap_dir: folder for the memmap files; a temporary folder when None.
+    :param gae_method: TorchRL estimator: ``"loop"``, ``"vec"`` or ``"auto"`` (the faster for the shape).
+    :raises TypeError: an action space that cannot be masked, or a Dict observation space (use
+        :class:`MaskableDictRolloutBuffer`).
+    """
+
+    _samples_type: type = MaskableRolloutBufferSamples
+
+    observations = _SB3Array(st.OBSERVATION)
+    actions = _SB3Array(st.ACTION)
+    rewards = _SB3Array(st.NEXT_REWARD, squeeze=True)
+    episode_starts = _SB3Array(st.IS_INIT, squeeze=True, dtype=np.dtype(np.float32))
+    values = _SB3Array(st.VALUE, squeeze=True)
+    log_probs = _SB3Array(st.LOG_PROB)
+    advantages = _SB3Array(st.ADVANTAGE, squeeze=True)
+    returns = _SB3Array(st.VALUE_TARGET, squeeze=True)
+    action_masks = _SB3Array(st.ACTION_MASK, dtype=np.dtype(np.float32))
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        device: torch.device | str = "auto",
+        gae_lambda: float = 1,
+        gamma: float = 0.99,
+        n_envs: int = 1,
+        *,
+        check_masks: bool = True,
+        storage: st.StorageKind = "memory",
+        memmap_dir: str | Path | None = None,
+        gae_method: GaeMethod = "auto",
+    ) -> None:
+        if int(buffer_size) < 1 or int(n_envs) < 1:
+            raise ValueError(
+                f"buffer_size and n_envs must be at least 1, got buffer_size={buffer_size}, n_envs={n_envs}."
+            )
+        self._check_observation_space(observation_space)
+        mask_spec(action_space)  # TypeError before SB3 looks at an unmaskable space
+        # SB3's BaseBuffer sets the common attributes (pos, full, device, obs_shape, action_dim ...);
+        # RolloutBuffer.__init__ is skipped on purpose: it would allocate numpy arrays we never use.
+        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
+        self.gae_lambda = gae_lambda
+        self.gamma = gamma
+        self.check_masks = check_masks
+        self.gae_method: GaeMethod = gae_method
+        self._storage_kind: st.StorageKind = storage
+        self._memmap_dir = memmap_dir
+        self._rollout: TensorDict | None = None
+        self.reset()
+
+    # ----------------------------------------------------------------------------------------- layout
+
+    @staticmethod
+    def _check_observation_space(observation_space: spaces.Space) -> None:
+        if isinstance(observation_space, spaces.Dict):
+            raise TypeError(
+                f"MaskableRolloutBuffer got a Dict observation space {observation_space!r}; "
+                "use MaskableDictRolloutBuffer for Dict observations."
+            )
+        st.leaf_shape(observation_space)
+
+    def _observation_items(self, obs: Any) -> list[tuple[tuple[str, ...], Any]]:
+        """Split one step's observation into ``(leaf path, array)`` pairs, in storage order."""
+        return [((), obs)]
+
+    def _pack_observations(self, leaves: list[torch.Tensor]) -> Any:
+        """Assemble minibatch observation leaves into what the namedtuple holds."""
+        return leaves[0]
+
+    # ------------------------------------------------------------------------------------------ state
+
+    @property
+    def tensordict(self) -> TensorDict:
+        """The rollout: batch size ``(n_envs, buffer_size)``, keys as in :mod:`torchrl_mask.storage`."""
+        assert self._rollout is not None
+        return self._rollout
+
+
+    def reset(self) -> None:
+        """Start a new rollout: ``pos`` back to 0, ``full`` False; the storage is reused, not reallocated.
+
+        :raises TypeError: the action space cannot be masked (anything but Discrete, MultiDiscrete and 1-D
+            MultiBinary).
+        """
+        self._mask_spec: MaskSpec = mask_spec(self.action_space)
+        self.mask_dims = self._mask_spec.size
+        if self._rollout is None:
+            self._allocate()
+        BaseBuffer.reset(self)  # pos = 0, full = False
+
+    def _allocate(self) -> None:
+        rollout = st.allocate_rollout(
+            self.buffer_size,
+            self.n_envs,
+            self.observation_space,
+            self.action_space,
+            self.device,
+            storage=self._storage_kind,
+            memmap_dir=self._memmap_dir,
+        )
+        self._rollout = rollout
+        self._obs_paths = list(st.observation_leaves(self.observation_space))
+        self._obs_leaves = [
+            rollout.get((st.OBSERVATION, *path) if path else st.OBSERVATION) for path in self._obs_paths
+        ]
+        self._obs_shapes = [tuple(leaf.shape[2:]) for leaf in self._obs_leaves]
+        self._leaf = {key: rollout.get(key) for key in (
+            st.ACTION, st.ACTION_MASK, st.IS_INIT, st.VALUE, st.LOG_PROB, st.NEXT_REWARD,
+            st.NEXT_VALUE, st.NEXT_DONE, st.NEXT_TERMINATED, st.ADVANTAGE, st.VALUE_TARGET,
+        )}  # fmt: skip
+
+    # -------------------------------------------------------------------------------------------- add
+
+    def add(  # type: ignore[override]
+        self,
+        obs: Any,
+        action: ArrayLike,
+        reward: ArrayLike,
+        episode_start: ArrayLike,
+        value: torch.Tensor,
+        log_prob: torch.Tensor,
+        action_masks: np.ndarray | torch.Tensor | None = None,
+    ) -> None:
+        """Add one step of all envs, in SB3's positional order.
+
+        Every input is checked before anything is written: a rejected call leaves ``pos`` and the data as
+        they were. Inputs may be numpy arrays or tensors on any device.
+
+        :param obs: observation, ``(n_envs, *obs_shape)`` (``(n_envs,)`` allowed for Discrete).
+        :param action: action, ``n_envs * action_dim`` entries (``(n_envs,)`` or ``(n_envs, action_dim)``).
+        :param reward: reward, ``(n_envs,)``.
+        :param episode_start: whether ``obs`` begins an episode, ``(n_envs,)``.
+        :param value: ``V(obs)`` from the policy, ``(n_envs, 1)`` or ``(n_envs,)``.
+        :param log_prob: log-probability of ``action``, ``(n_envs,)``.
+        :param action_masks: masks the action was drawn under, ``(n_envs, mask_dims)``; None means all
+            actions allowed.
+        :raises RuntimeError: the buffer already holds ``buffer_size`` steps.
+        :raises ValueError: an input of the wrong shape, an observation key missing or unknown, or a mask
+            row (sub-action group) that allows no action.
+        """
+        if self.full:
+            raise RuntimeError(
+                f"add() past capacity: the buffer holds buffer_size={self.buffer_size} steps per env and all "
+                "are filled. Call reset() to start a new rollout."
+            )
+        n = self.n_envs
+        obs_tensors = []
+        for (path, item), shape in zip(self._observation_items(obs), self._obs_shapes, strict=True):
+            tensor = _as_tensor(item)
+            if tuple(tensor.shape) != (n, *shape):
+                if shape == (1,) and tuple(tensor.shape) == (n,):  # Discrete observations come flat
+                    tensor = tensor.reshape(n, 1)
+                else:
+                    where = f"observation[{']['.join(map(repr, path))}]" if path else "observation"
+                    raise ValueError(
+                        f"{where} has shape {tuple(tensor.shape)}, expected {(n, *shape)} "
+                        f"(n_envs={n} times the space's shape {shape})."
+                    )
+            obs_tensors.append(tensor)
+        action_t = self._rows("action", action, self.action_dim)
+        reward_t = self._rows("reward", reward, 1)
+        start_t = self._rows("episode_start", episode_start, 1)
+        value_t = self._rows("value", value, 1)
+        log_prob_t = self._rows("log_prob", log_prob, 1).reshape(n)
+        if action_masks is None:
+            mask_t: torch.Tensor | bool = True
+        elif self.check_masks:
+            mask_t = self._mask_spec.check(action_masks, n)
+        else:
+            mask_t = self._mask_spec.reshape(action_masks, n)
+
+        pos = self.pos
+        for leaf, tensor in zip(self._obs_leaves, obs_tensors, strict=True):
+            leaf[:, pos].copy_(tensor)
+        leaf = self._leaf
+        leaf[st.ACTION][:, pos].copy_(action_t)
+        leaf[st.NEXT_REWARD][:, pos].copy_(reward_t)
+        leaf[st.IS_INIT][:, pos].copy_(start_t)
+        leaf[st.VALUE][:, pos].copy_(value_t)
+        leaf[st.LOG_PROB][:, pos].copy_(log_prob_t)
+        if isinstance(mask_t, torch.Tensor):
+            leaf[st.ACTION_MASK][:, pos].copy_(mask_t)
+        else:
+            leaf[st.ACTION_MASK][:, pos].fill_(True)
+        self.pos += 1
+        if self.pos == self.buffer_size:
+            self.full = True
+
+    def _rows(self, name: str, value: ArrayLike, width: int) -> torch.Tensor:
+        tensor = _as_tensor(value)
+        if tensor.numel() != self.n_envs * width:
+            expected = f"({self.n_envs},)" if width == 1 else f"({self.n_envs}, {width})"
+            raise ValueError(
+                f"{name} has shape {tuple(tensor.shape)} ({tensor.numel()} entries), expected {expected}: "
+                f"{width} per env for n_envs={self.n_envs}."
+            )
+        return tensor.reshape(self.n_envs, width)
+
+    # -------------------------------------------------------------------------------------------- GAE
+
+    def compute_returns_and_advantage(self, last_values: torch.Tensor, dones: np.ndarray | torch.Tensor) -> None:
+        """Compute GAE(lambda) advantages and TD(lambda) returns with TorchRL's estimator.
+
+        Fills ``"advantage"``, ``"value_target"`` and the TorchRL inputs ``("next", "state_value")``,
+        ``("next", "done")``, ``("next", "terminated")`` of the storage.
+
+        :param last_values: ``V`` of the observation after the last step, ``(n_envs, 1)`` or ``(n_envs,)``.
+        :param dones: whether the last step ended an episode, ``(n_envs,)``.
+        :raises RuntimeError: the rollout is not full.
+        :raises ValueError: ``last_values`` or ``dones`` of the wrong size.
+        """
+        if not self.full:
+            raise RuntimeError(
+                f"compute_returns_and_advantage() needs a full rollout: {self.pos} of buffer_size="
+                f"{self.buffer_size} steps were added. Add the remaining steps first."
+            )
+        last = self._rows("last_values", last_values, 1).to(self.device, torch.float32)
+        done_last = self._rows("dones", dones, 1).to(self.device)
+        leaf = self._leaf
+        value, done = leaf[st.VALUE], leaf[st.NEXT_DONE]
+        next_value, done = bootstrap_inputs(value, leaf[st.IS_INIT], last, done_last, out=(leaf[st.NEXT_VALUE], done))
+        leaf[st.NEXT_TERMINATED].copy_(done)
+        advantage, returns = generalized_advantage(
+            leaf[st.NEXT_REWARD], value, next_value, done, self.gamma, self.gae_lambda, method=self.gae_method
+        )
+        leaf[st.ADVANTAGE].copy_(advantage)
+        leaf[st.VALUE_TARGET].copy_(returns)
+
+    # -------------------------------------------------------------------------------------------- get
+
+    def get(self, batch_size: int | None = None) -> Generator[Any, None, None]:
+        """Minibatches over the whole rollout in a random order, as sb3-contrib draws it.
+
+        The order is ``np.random.permutation(buffer_size * n_envs)`` over the env-major flat order, so under
+        one numpy seed the minibatches equal sb3-contrib's, field for field. No copy of the whole rollout is
+        made: large leaves (images) are gathered per minibatch, small ones shuffled once per call.
+
+        :param batch_size: rows per minibatch (the last may be smaller); None yields the whole rollout once.
+        :return: a generator of :class:`MaskableRolloutBufferSamples` (or the Dict variant): observations
+            ``(B, *obs_shape)`` in the space's dtype, actions ``(B, action_dim)`` in the action space's dtype,
+            old_values, old_log_prob, advantages, returns ``(B,)`` float32, action_masks ``(B, mask_dims)``
+            float32.
+        :raises RuntimeError: the rollout is not full.
+        :raises ValueError: ``batch_size`` is not a positive int.
+        """
+        if not self.full:
+            raise RuntimeError(
+                f"get() needs a full rollout: {self.pos} of buffer_size={self.buffer_size} steps were added. "
+                "Add the remaining steps and call compute_returns_and_advantage() first."
+            )
+        total = self.buffer_size * self.n_envs
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1
+        ):
+            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}.")
+        indices = np.random.permutation(total)
+        return self._minibatches(indices, total if batch_size is None else int(batch_size))
+
+    def _flat_leaves(self) -> list[torch.Tensor]:
+        """Storage leaves in namedtuple order, flattened to env-major rows (views, no copy)."""
+        total = self.buffer_size * self.n_envs
+        leaf = self._leaf
+        flat = [obs.reshape(total, *obs.shape[2:]) for obs in self._obs_leaves]
+        flat.append(leaf[st.ACTION].reshape(total, -1))
+        flat += [leaf[key].reshape(total) for key in (st.VALUE, st.LOG_PROB, st.ADVANTAGE, st.VALUE_TARGET)]
+        flat.append(leaf[st.ACTION_MASK].reshape(total, -1))
+        return flat
+
+    def _minibatches(self, indices: np.ndarray, batch_size: int) -> Generator[Any, None, None]:
+        total = len(indices)
+        index = torch.from_numpy(indices).to(self.device)
+        per_epoch: list[torch.Tensor | None] = []
+        flat = self._flat_leaves()
+        for tensor in flat:
+            row_bytes = tensor[0].numel() * tensor.element_size()
+            gather_now = row_bytes < PER_MINIBATCH_ROW_BYTES or batch_size >= total
+            per_epoch.append(tensor.index_select(0, index) if gather_now else None)
+        for start in range(0, total, batch_size):
+            stop = min(start + batch_size, total)
+            rows = [
+                shuffled[start:stop] if shuffled is not None else tensor.index_select(0, index[start:stop])
+                for tensor, shuffled in zip(flat, per_epoch, strict=True)
+            ]
+            yield self._samples(rows)
+
+    def _samples(self, rows: list[torch.Tensor]) -> Any:
+        n_obs = len(self._obs_leaves)
+        actions, values, log_probs, advantages, returns, masks = rows[n_obs:]
+        return self._samples_type(
+            self._pack_observations(rows[:n_obs]),
+            actions,
+            values,
+            log_probs,
+            advantages,
+            returns,
+            masks.to(torch.float32),
+        )
+
+    def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> Any:
+        """The minibatch of the given env-major flat indices (SB3's hook behind ``sample``).
+
+        :param batch_inds: indices into ``buffer_size * n_envs`` rows, env-major.
+        :param env: unused (sb3-contrib ignores it too).
+        :return: the samples namedtuple.
+        """
+        index = torch.as_tensor(np.asarray(batch_inds), dtype=torch.long, device=self.device)
+        return self._samples([tensor.index_select(0, index) for tensor in self._flat_leaves()])
+
+
+class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
+    """Dict-observation rollout buffer for maskable on-policy algorithms, stored in a TensorDict.
+
+    Extends :class:`MaskableRolloutBuffer` to Dict observation spaces, nested Dicts included: each leaf
+    lives under ``("observation", *keys)`` in its own dtype (uint8 images stay uint8). Minibatch
+    observations are a dict of tensors (nested dicts for nested spaces). Drop-in for sb3-contrib's buffer
+    of the same name.
+
+    :param buffer_size: steps per env in one rollout (``n_steps`` of the algorithm).
+    :param observation_space: a Dict space whose leaves are Box, Discrete, MultiDiscrete or MultiBinary.
+    :param action_space: a Discrete, MultiDiscrete (1-D ``nvec``) or 1-D MultiBinary action space.
+    :param device: where the rollout and the minibatches live; ``"auto"`` picks CUDA when available.
+    :param gae_lambda: factor for the bias/variance trade-off of GAE; 1 gives Monte-Carlo advantages.
+    :param gamma: discount factor.
+    :param n_envs: number of parallel envs.
+    :param check_masks: check in ``add()`` that each mask row (each sub-action group) allows an action.
+    :param storage: ``"memory"`` or ``"memmap"``.
+    :param memmap_dir: folder for the memmap files; a temporary folder when None.
+    :param gae_method: TorchRL estimator: ``"loop"``, ``"vec"`` or ``"auto"``.
+    :raises TypeError: an action space that cannot be masked, or an observation space that is not a Dict.
+    """
+
+    _samples_type = MaskableDictRolloutBufferSamples
+
+    observation_space: spaces.Dict
+
+    @staticmethod
+    def _check_observation_space(observation_space: spaces.Space) -> None:
+        if not isinstance(observation_space, spaces.Dict):
+            raise TypeError(
+                f"MaskableDictRolloutBuffer needs a Dict observation space, got {observation_space!r}; "
+                "use MaskableRolloutBuffer for it."
+            )
+        st.observation_leaves(observation_space)
+
+    @property
+    def observations(self) -> dict[str, Any]:  # type: ignore[override]
+        """Observations as SB3 holds them: ``{key: (buffer_size, n_envs, *shape)}``, nested for nested Dicts."""
+        arrays = [_to_numpy(leaf.transpose(0, 1)) for leaf in self._obs_leaves]
+        return self._nest(arrays)
+
+    def _nest(self, items: list[Any]) -> dict[str, Any]:
+        nested: dict[str, Any] = {}
+        for path, item in zip(self._obs_paths, items, strict=True):
+            node = nested
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = item
+        return nested
+
+    def _observation_items(self, obs: Any) -> list[tuple[tuple[str, ...], Any]]:
+        if not isinstance(obs, Mapping):
+            raise ValueError(f"observation must be a dict with keys {self._key_names()}, got {type(obs).__name__}.")
+        items = []
+        missing = []
+        for path in self._obs_paths:
+            node: Any = obs
+            for key in path:
+                if not isinstance(node, Mapping) or key not in node:
+                    missing.append("/".join(path))
+                    break
+                node = node[key]
+            else:
+                items.append((path, node))
+        extra = sorted(set(_leaf_names(obs)) - {"/".join(p) for p in self._obs_paths})
+        if missing or extra:
+            raise ValueError(
+                f"observation keys do not match the observation space: missing {missing}, unknown {extra}. "
+                f"Expected exactly {self._key_names()}."
+            )
+        return items
+
+    def _key_names(self) -> list[str]:
+        return ["/".join(path) for path in self._obs_paths]
+
+    def _pack_observations(self, leaves: list[torch.Tensor]) -> dict[str, Any]:
+        return self._nest(leaves)
+
+
+def _leaf_names(obs: Mapping[str, Any], prefix: str = "") -> list[str]:
+    names = []
+    for key, value in obs.items():
+        name = f"{prefix}{key}"
+        names += _leaf_names(value, name + "/") if isinstance(value, Mapping) else [name]
+    return names
+
+
+# Both buffers subclass sb3-contrib's MaskableRolloutBuffer, which is what MaskablePPO asserts. The Dict buffer
+# is also registered with its sb3-contrib counterpart (BaseBuffer is an ABC), so that code checking
+# isinstance(buf, MaskableDictRolloutBuffer) or DictRolloutBuffer finds it where it expects it.
+sb3c_buffers.MaskableDictRolloutBuffer.register(MaskableDictRolloutBuffer)

@@ -1,0 +1,192 @@
+"""Allocating the rollout TensorDict from gymnasium spaces: its keys, shapes, dtypes, device and backing.
+
+The rollout of ``n_envs`` envs over ``buffer_size`` steps is one :class:`tensordict.TensorDict` with batch size
+``(n_envs, buffer_size)``: the layout of a TorchRL collector batch, env-major, so that TorchRL's estimators
+read it with no transpose and ``reshape(-1)`` gives sb3-contrib's flattened order (env 0's steps first).
+
+=============================  =========================================  =====================================
+key                            shape (after the batch dims)               dtype
+=============================  =========================================  =====================================
+``"observation"``              the space's shape (``(1,)`` for Discrete)  the space's own (uint8 stays uint8)
+``("observation", *keys)``     per leaf of a (nested) Dict space          per leaf
+``"action"``                   ``(action_dim,)``                          the action space's (int64, int8)
+``"action_mask"``              ``(mask_size,)``                           ``torch.bool``
+``"is_init"``                  ``(1,)``: SB3's ``episode_starts``         ``torch.bool``
+``"state_value"``              ``(1,)``                                   float32
+``"action_log_prob"``          ``()``                                     float32
+``("next", "reward")``         ``(1,)``                                   float32
+``("next", "done")``           ``(1,)``, filled by GAE                    ``torch.bool``
+``("next", "terminated")``     ``(1,)``, filled by GAE                    ``torch.bool``
+``("next", "state_value")``    ``(1,)``, filled by GAE                    float32
+``"advantage"``                ``(1,)``                                   float32
+``"value_target"``             ``(1,)``: SB3's ``returns``                float32
+=============================  =========================================  =====================================
+
+These are the keys TorchRL's ``GAE`` and ``ClipPPOLoss`` read by default.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict
+from tensordict.utils import NestedKey
+
+from torchrl_mask.masks import mask_spec
+
+__all__ = [
+    "ACTION",
+    "ACTION_MASK",
+    "ADVANTAGE",
+    "IS_INIT",
+    "LOG_PROB",
+    "NEXT_DONE",
+    "NEXT_REWARD",
+    "NEXT_TERMINATED",
+    "NEXT_VALUE",
+    "OBSERVATION",
+    "VALUE",
+    "VALUE_TARGET",
+    "StorageKind",
+    "action_dim",
+    "allocate_rollout",
+    "observation_leaves",
+    "torch_dtype",
+]
+
+OBSERVATION = "observation"
+ACTION = "action"
+ACTION_MASK = "action_mask"
+IS_INIT = "is_init"
+VALUE = "state_value"
+LOG_PROB = "action_log_prob"
+ADVANTAGE = "advantage"
+VALUE_TARGET = "value_target"
+NEXT_REWARD = ("next", "reward")
+NEXT_DONE = ("next", "done")
+NEXT_TERMINATED = ("next", "terminated")
+NEXT_VALUE = ("next", "state_value")
+
+StorageKind = Literal["memory", "memmap"]
+
+
+def torch_dtype(dtype: np.dtype | type | None) -> torch.dtype:
+    """The torch dtype matching a numpy dtype.
+
+    :param dtype: a numpy dtype (as gymnasium spaces carry it).
+    :return: the torch dtype of the same kind and width.
+    """
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+
+
+def leaf_shape(space: spaces.Space) -> tuple[int, ...]:
+    """Shape of one observation of a non-Dict space, as SB3 stores it.
+
+    :param space: a Box, Discrete, MultiDiscrete or MultiBinary space.
+    :return: the per-env shape; ``(1,)`` for Discrete, as in SB3.
+    :raises TypeError: a space SB3 cannot store.
+    """
+    if isinstance(space, spaces.Discrete):
+        return (1,)
+    if isinstance(space, spaces.MultiDiscrete):
+        return tuple(int(n) for n in space.nvec.shape)
+    if isinstance(space, (spaces.Box, spaces.MultiBinary)):
+        return tuple(int(n) for n in space.shape)
+    raise TypeError(
+        f"Observation space {space!r} is not supported: use Box, Discrete, MultiDiscrete, MultiBinary, "
+        "or a (nested) Dict of them."
+    )
+
+
+def observation_leaves(space: spaces.Space) -> dict[tuple[str, ...], spaces.Space]:
+    """The leaves of an observation space, in the space's key order.
+
+    :param space: any supported observation space; a Dict may nest Dicts.
+    :return: ``{(): space}`` for a non-Dict space, else ``{(key, subkey, ...): leaf_space}``.
+    """
+    if not isinstance(space, spaces.Dict):
+        leaf_shape(space)
+        return {(): space}
+    leaves: dict[tuple[str, ...], spaces.Space] = {}
+    for key, subspace in space.spaces.items():
+        for path, leaf in observation_leaves(subspace).items():
+            leaves[(str(key), *path)] = leaf
+    if not leaves:
+        raise TypeError(f"Observation space {space!r} has no keys: a Dict space needs at least one entry.")
+    return leaves
+
+
+def action_dim(action_space: spaces.Space) -> int:
+    """SB3's ``action_dim``: entries per stored action.
+
+    :param action_space: a maskable action space.
+    :return: 1 for Discrete, ``len(nvec)`` for MultiDiscrete, ``n`` for MultiBinary.
+    """
+    if isinstance(action_space, spaces.Discrete):
+        return 1
+    if isinstance(action_space, spaces.MultiDiscrete):
+        return len(action_space.nvec)
+    return int(np.prod(action_space.shape or (1,)))
+
+
+def allocate_rollout(
+    buffer_size: int,
+    n_envs: int,
+    observation_space: spaces.Space,
+    action_space: spaces.Space,
+    device: torch.device,
+    storage: StorageKind = "memory",
+    memmap_dir: str | Path | None = None,
+) -> TensorDict:
+    """Allocate the rollout TensorDict of batch size ``(n_envs, buffer_size)``; see the module table.
+
+    :param buffer_size: steps per env.
+    :param n_envs: number of envs.
+    :param observation_space: the observation space; Dict leaves go under ``("observation", *keys)``.
+    :param action_space: a maskable action space.
+    :param device: where the tensors live.
+    :param storage: ``"memory"`` for ordinary tensors on ``device``; ``"memmap"`` for memory-mapped files
+        (CPU only), for rollouts larger than RAM.
+    :param memmap_dir: folder for the memory-mapped files; a fresh temporary folder when None.
+    :return: the storage; its entries hold unspecified values until written.
+    :raises ValueError: memmap storage on a non-CPU device, or an unknown storage kind.
+    """
+    batch = (n_envs, buffer_size)
+    on_disk = storage == "memmap"
+    if storage not in ("memory", "memmap"):
+        raise ValueError(f"storage={storage!r} is not a storage kind: use 'memory' or 'memmap'.")
+    if on_disk and device.type != "cpu":
+        raise ValueError(
+            f"storage='memmap' keeps the rollout in files on the host; it needs device='cpu', not {device}."
+        )
+    # torch.empty touches no page: a memmapped rollout never takes its size in RAM.
+    alloc_device = torch.device("cpu") if on_disk else device
+
+    def empty(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(*batch, *shape, dtype=dtype, device=alloc_device)
+
+    entries: dict[NestedKey, torch.Tensor] = {}
+    for path, leaf in observation_leaves(observation_space).items():
+        entries[(OBSERVATION, *path) if path else OBSERVATION] = empty(*leaf_shape(leaf), dtype=torch_dtype(leaf.dtype))
+    entries[ACTION] = empty(action_dim(action_space), dtype=torch_dtype(action_space.dtype))
+    entries[ACTION_MASK] = empty(mask_spec(action_space).size, dtype=torch.bool)
+    entries[IS_INIT] = empty(1, dtype=torch.bool)
+    entries[VALUE] = empty(1, dtype=torch.float32)
+    entries[LOG_PROB] = empty(dtype=torch.float32)
+    for key in (NEXT_REWARD, NEXT_VALUE, ADVANTAGE, VALUE_TARGET):
+        entries[key] = empty(1, dtype=torch.float32)
+    for key in (NEXT_DONE, NEXT_TERMINATED):
+        entries[key] = empty(1, dtype=torch.bool)
+
+    rollout = TensorDict(batch_size=batch, device=alloc_device)
+    for key, tensor in entries.items():
+        rollout.set(key, tensor)
+    if on_disk:
+        prefix = Path(memmap_dir) if memmap_dir is not None else Path(tempfile.mkdtemp(prefix="torchrl_mask_"))
+        rollout = rollout.memmap_like(prefix=prefix)
+    return rollout
