@@ -59,21 +59,22 @@ class _SB3Array:
     """An SB3 rollout attribute, read and written as a ``(buffer_size, n_envs, ...)`` numpy array.
 
     On the CPU the array is a view of the storage leaf (writes land in the rollout); on an accelerator it is
-    a host copy. ``squeeze`` drops the leaf's trailing 1 (SB3 keeps rewards, values ... as ``(T, n_envs)``).
+    a host copy. ``layout`` adapts the leaf to SB3's per-env shape: ``"squeeze"`` drops the leaf's trailing 1
+    (SB3 keeps rewards, values ... as ``(T, n_envs)``); ``"rows"`` makes it ``(T, n_envs, width)`` (SB3's
+    ``(T, n_envs, 1)`` Discrete actions).
     """
 
-    def __init__(self, key: NestedKey, squeeze: bool = False, dtype: np.dtype | None = None) -> None:
+    def __init__(self, key: NestedKey, layout: str = "as-is", dtype: np.dtype | None = None) -> None:
         self.key = key
-        self.squeeze = squeeze
+        self.layout = layout
         self.dtype = dtype
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
 
     def _sb3_view(self, buf: MaskableRolloutBuffer) -> torch.Tensor:
         leaf = buf.tensordict.get(self.key)
-        if self.squeeze:
+        if self.layout == "squeeze":
             leaf = leaf[..., 0]
+        elif self.layout == "rows":
+            leaf = leaf.reshape(*leaf.shape[:2], -1)
         return leaf.transpose(0, 1)
 
     def __get__(self, buf: MaskableRolloutBuffer | None, owner: type) -> Any:
@@ -124,13 +125,13 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     _samples_type: type = MaskableRolloutBufferSamples
 
     observations = _SB3Array(st.OBSERVATION)
-    actions = _SB3Array(st.ACTION)
-    rewards = _SB3Array(st.NEXT_REWARD, squeeze=True)
-    episode_starts = _SB3Array(st.IS_INIT, squeeze=True, dtype=np.dtype(np.float32))
-    values = _SB3Array(st.VALUE, squeeze=True)
+    actions = _SB3Array(st.ACTION, layout="rows")
+    rewards = _SB3Array(st.NEXT_REWARD, layout="squeeze")
+    episode_starts = _SB3Array(st.IS_INIT, layout="squeeze", dtype=np.dtype(np.float32))
+    values = _SB3Array(st.VALUE, layout="squeeze")
     log_probs = _SB3Array(st.LOG_PROB)
-    advantages = _SB3Array(st.ADVANTAGE, squeeze=True)
-    returns = _SB3Array(st.VALUE_TARGET, squeeze=True)
+    advantages = _SB3Array(st.ADVANTAGE, layout="squeeze")
+    returns = _SB3Array(st.VALUE_TARGET, layout="squeeze")
     action_masks = _SB3Array(st.ACTION_MASK, dtype=np.dtype(np.float32))
 
     def __init__(
@@ -192,7 +193,6 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         """The rollout: batch size ``(n_envs, buffer_size)``, keys as in :mod:`torchrl_mask.storage`."""
         assert self._rollout is not None
         return self._rollout
-
 
     def reset(self) -> None:
         """Start a new rollout: ``pos`` back to 0, ``full`` False; the storage is reused, not reallocated.
@@ -275,7 +275,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
                         f"(n_envs={n} times the space's shape {shape})."
                     )
             obs_tensors.append(tensor)
-        action_t = self._rows("action", action, self.action_dim)
+        action_t = self._rows("action", action, self.action_dim).reshape(n, *st.action_shape(self.action_space))
         reward_t = self._rows("reward", reward, 1)
         start_t = self._rows("episode_start", episode_start, 1)
         value_t = self._rows("value", value, 1)
@@ -378,7 +378,8 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         """Storage leaves in namedtuple order, flattened to env-major rows (views, no copy)."""
         total = self.buffer_size * self.n_envs
         leaf = self._leaf
-        flat = [obs.reshape(total, *obs.shape[2:]) for obs in self._obs_leaves]
+        # SB3's swap_and_flatten gives scalar observations a trailing 1: (total,) becomes (total, 1).
+        flat = [obs.reshape(total, *(obs.shape[2:] or (1,))) for obs in self._obs_leaves]
         flat.append(leaf[st.ACTION].reshape(total, -1))
         flat += [leaf[key].reshape(total) for key in (st.VALUE, st.LOG_PROB, st.ADVANTAGE, st.VALUE_TARGET)]
         flat.append(leaf[st.ACTION_MASK].reshape(total, -1))

@@ -9,7 +9,7 @@ key                            shape (after the batch dims)               dtype
 =============================  =========================================  =====================================
 ``"observation"``              the space's shape (``(1,)`` for Discrete)  the space's own (uint8 stays uint8)
 ``("observation", *keys)``     per leaf of a (nested) Dict space          per leaf
-``"action"``                   ``(action_dim,)``                          the action space's (int64, int8)
+``"action"``                   ``()`` for Discrete, else ``(action_dim,)`` the action space's (int64, int8)
 ``"action_mask"``              ``(mask_size,)``                           ``torch.bool``
 ``"is_init"``                  ``(1,)``: SB3's ``episode_starts``         ``torch.bool``
 ``"state_value"``              ``(1,)``                                   float32
@@ -54,6 +54,7 @@ __all__ = [
     "VALUE_TARGET",
     "StorageKind",
     "action_dim",
+    "action_shape",
     "allocate_rollout",
     "observation_leaves",
     "torch_dtype",
@@ -121,6 +122,16 @@ def observation_leaves(space: spaces.Space) -> dict[tuple[str, ...], spaces.Spac
     return leaves
 
 
+def action_shape(action_space: spaces.Space) -> tuple[int, ...]:
+    """Shape of one stored action, as TorchRL's specs shape it: ``()`` for Discrete (a categorical index),
+    ``(len(nvec),)`` for MultiDiscrete, ``(n,)`` for MultiBinary. SB3's view adds the trailing 1 for Discrete.
+
+    :param action_space: a maskable action space.
+    :return: the per-env action shape.
+    """
+    return () if isinstance(action_space, spaces.Discrete) else (action_dim(action_space),)
+
+
 def action_dim(action_space: spaces.Space) -> int:
     """SB3's ``action_dim``: entries per stored action.
 
@@ -173,7 +184,7 @@ def allocate_rollout(
     entries: dict[NestedKey, torch.Tensor] = {}
     for path, leaf in observation_leaves(observation_space).items():
         entries[(OBSERVATION, *path) if path else OBSERVATION] = empty(*leaf_shape(leaf), dtype=torch_dtype(leaf.dtype))
-    entries[ACTION] = empty(action_dim(action_space), dtype=torch_dtype(action_space.dtype))
+    entries[ACTION] = empty(*action_shape(action_space), dtype=torch_dtype(action_space.dtype))
     entries[ACTION_MASK] = empty(mask_spec(action_space).size, dtype=torch.bool)
     entries[IS_INIT] = empty(1, dtype=torch.bool)
     entries[VALUE] = empty(1, dtype=torch.float32)

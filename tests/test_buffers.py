@@ -1,0 +1,297 @@
+"""Parity of MaskableRolloutBuffer / MaskableDictRolloutBuffer with sb3-contrib's, and their bad-input errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from helpers import (
+    ACTION_SPACES,
+    OBS_SPACES,
+    assert_same_epochs,
+    fill_pair,
+    make_pair,
+    random_step,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hst
+from sb3_contrib.common.maskable import buffers as sb3c
+from stable_baselines3.common.buffers import DictRolloutBuffer
+
+from torchrl_mask import (
+    MaskableDictRolloutBuffer,
+    MaskableDictRolloutBufferSamples,
+    MaskableRolloutBuffer,
+    MaskableRolloutBufferSamples,
+)
+
+
+@pytest.mark.parametrize("n_envs", [1, 3])
+@pytest.mark.parametrize("action_name", list(ACTION_SPACES))
+@pytest.mark.parametrize("obs_name", list(OBS_SPACES))
+def test_gae_and_two_epochs_of_minibatches_match_sb3_contrib(obs_name, action_name, n_envs):
+    ref, ours = make_pair(OBS_SPACES[obs_name], ACTION_SPACES[action_name], buffer_size=9, n_envs=n_envs)
+    fill_pair(ref, ours, seed=n_envs)
+    np.testing.assert_allclose(ours.advantages, ref.advantages, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours.returns, ref.returns, rtol=1e-5, atol=1e-5)
+    n_batches = assert_same_epochs(ref, ours, batch_size=4, seed=7)
+    assert n_batches == 2 * -(-9 * n_envs // 4)
+
+
+@pytest.mark.parametrize("gae_method", ["loop", "vec"])
+def test_both_torchrl_estimators_match_sb3_contrib_on_a_long_rollout(gae_method):
+    ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], 300, 4, 0.99, 0.95, gae_method=gae_method)
+    fill_pair(ref, ours, seed=3)
+    np.testing.assert_allclose(ours.advantages, ref.advantages, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours.returns, ref.returns, rtol=1e-5, atol=1e-5)
+
+
+def test_whole_rollout_in_one_batch_when_batch_size_is_none():
+    ref, ours = make_pair(OBS_SPACES["dict"], ACTION_SPACES["multibinary"], buffer_size=5, n_envs=2)
+    fill_pair(ref, ours, seed=0)
+    assert assert_same_epochs(ref, ours, batch_size=None, seed=1, epochs=1) == 1
+
+
+def test_sb3_attributes_have_sb3_shapes_and_values():
+    ref, ours = make_pair(OBS_SPACES["image"], ACTION_SPACES["multidiscrete"], buffer_size=6, n_envs=2)
+    fill_pair(ref, ours, seed=5)
+    for name in ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "action_masks"):
+        ours_value, ref_value = getattr(ours, name), getattr(ref, name)
+        assert ours_value.shape == ref_value.shape, name
+        assert ours_value.dtype == ref_value.dtype, name
+        np.testing.assert_array_equal(ours_value, ref_value, err_msg=name)
+    assert (ours.pos, ours.full, ours.size(), ours.buffer_size, ours.n_envs) == (6, True, 6, 6, 2)
+    assert ours.device == torch.device("cpu")
+    assert ours.mask_dims == ref.mask_dims
+
+
+def test_sb3_arrays_are_views_so_callbacks_can_reshape_rewards():
+    _, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], buffer_size=4, n_envs=2)
+    fill_pair(_, ours, seed=0)
+    ours.rewards[1, 0] = 42.0
+    assert ours.tensordict["next", "reward"][0, 1, 0] == 42.0
+    ours.advantages = np.zeros((4, 2))
+    assert ours.tensordict["advantage"].abs().sum() == 0
+
+
+def test_nested_dict_observations_match_sb3_contrib_on_the_flattened_space():
+    inner = spaces.Dict({"grid": spaces.Box(0, 255, (2, 3), np.uint8), "turn": spaces.Discrete(2)})
+    nested = spaces.Dict({"board": inner, "clock": spaces.Box(0, 1, (1,))})
+    flat = spaces.Dict({"board/grid": inner["grid"], "board/turn": inner["turn"], "clock": nested["clock"]})
+    action_space = spaces.Discrete(4)
+    ref, _ = make_pair(flat, action_space, buffer_size=5, n_envs=2)
+    ours = MaskableDictRolloutBuffer(5, nested, action_space, "cpu", gae_lambda=0.9, gamma=0.97, n_envs=2)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        step = random_step(flat, action_space, 2, rng)
+        masks = step.pop("action_masks")
+        ref.add(*step.values(), action_masks=masks)
+        obs = step["obs"]
+        step["obs"] = {"board": {"grid": obs["board/grid"], "turn": obs["board/turn"]}, "clock": obs["clock"]}
+        ours.add(*step.values(), action_masks=masks)
+    for buf in (ref, ours):
+        buf.compute_returns_and_advantage(torch.ones(2, 1), np.array([True, False]))
+    assert ours.tensordict["observation", "board", "grid"].dtype == torch.uint8
+    np.random.seed(3)
+    ref_batch = next(ref.get(4))
+    np.random.seed(3)
+    our_batch = next(ours.get(4))
+    assert torch.equal(our_batch.observations["board"]["grid"], ref_batch.observations["board/grid"])
+    assert torch.equal(our_batch.observations["board"]["turn"], ref_batch.observations["board/turn"])
+    torch.testing.assert_close(our_batch.returns, ref_batch.returns, rtol=1e-5, atol=1e-5)
+
+
+def test_samples_are_sb3_contribs_namedtuples_and_plug_into_its_isinstance_checks():
+    assert MaskableRolloutBufferSamples is sb3c.MaskableRolloutBufferSamples
+    assert MaskableDictRolloutBufferSamples is sb3c.MaskableDictRolloutBufferSamples
+    flat = MaskableRolloutBuffer(2, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu")
+    dict_buf = MaskableDictRolloutBuffer(2, OBS_SPACES["dict"], ACTION_SPACES["discrete"], "cpu")
+    assert isinstance(flat, sb3c.MaskableRolloutBuffer)
+    assert isinstance(dict_buf, (sb3c.MaskableRolloutBuffer, sb3c.MaskableDictRolloutBuffer))
+    assert isinstance(dict_buf, sb3c.MaskableDictRolloutBuffer)
+    assert isinstance(dict_buf, DictRolloutBuffer)
+
+
+def test_reset_reuses_the_storage_and_starts_a_new_rollout():
+    ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], buffer_size=3, n_envs=2)
+    fill_pair(ref, ours, seed=0)
+    storage = ours.tensordict
+    ref.reset()
+    ours.reset()
+    assert ours.tensordict is storage and (ours.pos, ours.full) == (0, False)
+    fill_pair(ref, ours, seed=1)
+    assert_same_epochs(ref, ours, batch_size=2, seed=0)
+
+
+def test_missing_masks_mean_every_action_is_allowed():
+    ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["multidiscrete"], buffer_size=2, n_envs=2)
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        step = random_step(ref.observation_space, ref.action_space, 2, rng)
+        step.pop("action_masks")
+        ref.add(*step.values())
+        ours.add(*step.values())
+    np.testing.assert_array_equal(ours.action_masks, ref.action_masks)
+    assert bool(ours.tensordict["action_mask"].all())
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n_envs=hst.integers(1, 4),
+    buffer_size=hst.integers(1, 7),
+    batch_size=hst.integers(1, 12),
+    shape=hst.lists(hst.integers(1, 4), min_size=0, max_size=3),
+    dtype=hst.sampled_from([np.float32, np.uint8, np.int16, np.float64]),
+    action_name=hst.sampled_from(list(ACTION_SPACES)),
+    dict_obs=hst.booleans(),
+    nvec=hst.lists(hst.integers(1, 5), min_size=1, max_size=4),
+    seed=hst.integers(0, 2**16),
+)
+def test_property_random_spaces_shapes_and_batch_sizes_match_sb3_contrib(
+    n_envs, buffer_size, batch_size, shape, dtype, action_name, dict_obs, nvec, seed
+):
+    high = 1.0 if np.issubdtype(dtype, np.floating) else 9
+    box = spaces.Box(0, high, tuple(shape), dtype)
+    obs_space = spaces.Dict({"x": box, "k": spaces.Discrete(3)}) if dict_obs else box
+    action_space = spaces.MultiDiscrete(nvec) if action_name == "multidiscrete" else ACTION_SPACES[action_name]
+    ref, ours = make_pair(obs_space, action_space, buffer_size, n_envs, gamma=0.9, gae_lambda=0.8)
+    fill_pair(ref, ours, seed=seed)
+    np.testing.assert_allclose(ours.advantages, ref.advantages, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours.returns, ref.returns, rtol=1e-5, atol=1e-5)
+    assert_same_epochs(ref, ours, batch_size, seed=seed)
+
+
+# ------------------------------------------------------------------------------------------- bad input
+
+
+def _filled(buffer_size=3, n_envs=2, obs="dict", action="multidiscrete", steps=None):
+    _, ours = make_pair(OBS_SPACES[obs], ACTION_SPACES[action], buffer_size, n_envs)
+    rng = np.random.default_rng(0)
+    for _ in range(buffer_size if steps is None else steps):
+        step = random_step(ours.observation_space, ours.action_space, n_envs, rng)
+        ours.add(**step)
+    return ours, random_step(ours.observation_space, ours.action_space, n_envs, rng)
+
+
+def _assert_rejected(buf, step, error, *phrases):
+    before = buf.tensordict.clone()
+    pos, full = buf.pos, buf.full
+    with pytest.raises(error) as info:
+        buf.add(**step)
+    message = str(info.value)
+    for phrase in phrases:
+        assert phrase in message, f"{phrase!r} not in {message!r}"
+    assert (buf.pos, buf.full) == (pos, full)
+    assert (buf.tensordict == before).all(), "a rejected add() wrote into the storage"
+
+
+def test_add_past_capacity_raises_naming_the_size_and_reset_and_writes_nothing():
+    buf, step = _filled(buffer_size=3)
+    _assert_rejected(buf, step, RuntimeError, "buffer_size=3", "reset()")
+
+
+def test_mask_of_the_wrong_shape_raises_and_writes_nothing():
+    buf, step = _filled(steps=1)
+    step["action_masks"] = step["action_masks"][:, :-1]
+    _assert_rejected(buf, step, ValueError, "action_masks has shape (2, 8)", "(2, 9)")
+
+
+def test_mask_row_with_no_valid_action_raises_naming_the_env():
+    buf, step = _filled(steps=1, action="discrete")
+    step["action_masks"][1] = False
+    _assert_rejected(buf, step, ValueError, "env 1", "allow no action", "check_masks=False")
+
+
+def test_multidiscrete_sub_action_with_no_valid_choice_raises_naming_it():
+    buf, step = _filled(steps=1, action="multidiscrete")  # nvec [3, 2, 4]: entries 3:5 are sub-action 1
+    step["action_masks"][0, 3:5] = False
+    _assert_rejected(buf, step, ValueError, "env 0", "sub-action 1", "entries 3:5")
+
+
+def test_multibinary_bit_with_neither_value_allowed_raises():
+    buf, step = _filled(steps=1, action="multibinary")
+    step["action_masks"][1, 4:6] = False
+    _assert_rejected(buf, step, ValueError, "env 1", "sub-action 2")
+
+
+def test_mask_check_opt_out_stores_empty_rows_as_given():
+    _, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], 2, 2, check_masks=False)
+    step = random_step(ours.observation_space, ours.action_space, 2, np.random.default_rng(0))
+    step["action_masks"][0] = False
+    ours.add(**step)
+    assert not bool(ours.tensordict["action_mask"][0, 0].any())
+
+
+@pytest.mark.parametrize("change", ["missing", "extra"])
+def test_missing_or_unknown_observation_key_raises_and_writes_nothing(change):
+    buf, step = _filled(steps=1)
+    if change == "missing":
+        del step["obs"]["vec"]
+        phrase = "missing ['vec']"
+    else:
+        step["obs"]["velocity"] = np.zeros((2, 3))
+        phrase = "unknown ['velocity']"
+    _assert_rejected(buf, step, ValueError, phrase, "Expected exactly")
+
+
+def test_observation_of_the_wrong_shape_raises_and_writes_nothing():
+    buf, step = _filled(steps=1)
+    step["obs"]["image"] = step["obs"]["image"][:, :, :5]
+    _assert_rejected(buf, step, ValueError, "observation['image'] has shape (2, 1, 5, 6)", "expected (2, 1, 6, 6)")
+
+
+def test_flat_observation_of_the_wrong_shape_raises():
+    buf, step = _filled(steps=0, obs="box", action="discrete")
+    step["obs"] = np.zeros((3, 3))
+    _assert_rejected(buf, step, ValueError, "observation has shape (3, 3)", "n_envs=2")
+
+
+@pytest.mark.parametrize("field", ["action", "reward", "episode_start", "value", "log_prob"])
+def test_step_fields_of_the_wrong_size_raise_and_write_nothing(field):
+    buf, step = _filled(steps=1)
+    step[field] = step[field][:1]
+    _assert_rejected(buf, step, ValueError, f"{field} has shape")
+
+
+def test_get_before_the_buffer_is_full_raises():
+    buf, _ = _filled(buffer_size=3, steps=2)
+    with pytest.raises(RuntimeError, match=r"get\(\) needs a full rollout: 2 of buffer_size=3"):
+        buf.get(2)
+
+
+def test_compute_returns_before_the_buffer_is_full_raises():
+    buf, _ = _filled(buffer_size=3, steps=1)
+    with pytest.raises(RuntimeError, match="needs a full rollout"):
+        buf.compute_returns_and_advantage(torch.zeros(2, 1), np.zeros(2))
+
+
+@pytest.mark.parametrize("batch_size", [0, -4, 2.5, True])
+def test_non_positive_or_non_int_batch_size_raises(batch_size):
+    buf, _ = _filled()
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        buf.get(batch_size)
+
+
+@pytest.mark.parametrize(
+    "action_space",
+    [spaces.Box(-1, 1, (2,)), spaces.MultiBinary([2, 3]), spaces.MultiDiscrete([[2, 3], [4, 5]]),
+     spaces.Tuple((spaces.Discrete(2),))],
+)  # fmt: skip
+def test_unmaskable_action_space_raises_type_error(action_space):
+    with pytest.raises(TypeError, match="cannot be masked"):
+        MaskableRolloutBuffer(4, OBS_SPACES["box"], action_space, "cpu")
+
+
+def test_reset_raises_type_error_if_the_action_space_became_unmaskable():
+    buf = MaskableRolloutBuffer(4, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu")
+    buf.action_space = spaces.Box(-1, 1, (2,))
+    with pytest.raises(TypeError, match="cannot be masked"):
+        buf.reset()
+
+
+def test_wrong_buffer_for_the_observation_space_says_which_to_use():
+    with pytest.raises(TypeError, match="use MaskableDictRolloutBuffer"):
+        MaskableRolloutBuffer(4, OBS_SPACES["dict"], ACTION_SPACES["discrete"], "cpu")
+    with pytest.raises(TypeError, match="use MaskableRolloutBuffer"):
+        MaskableDictRolloutBuffer(4, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu")

@@ -1,0 +1,89 @@
+"""The rollout TensorDict: layout, dtypes, device, and memory-mapped storage."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from helpers import ACTION_SPACES, OBS_SPACES, assert_same_epochs, fill_pair, make_pair
+from tensordict import TensorDict
+
+from torchrl_mask import MaskableDictRolloutBuffer, MaskableRolloutBuffer
+
+
+def test_storage_is_one_tensordict_in_collector_layout_with_torchrl_keys():
+    buf = MaskableDictRolloutBuffer(5, OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], "cpu", n_envs=3)
+    td = buf.tensordict
+    assert isinstance(td, TensorDict) and td.batch_size == torch.Size([3, 5])
+    expected = {
+        ("observation", "image"): ((1, 6, 6), torch.uint8),
+        ("observation", "vec"): ((4,), torch.float32),
+        ("observation", "pos"): ((1,), torch.int64),
+        "action": ((3,), torch.int64),
+        "action_mask": ((9,), torch.bool),
+        "is_init": ((1,), torch.bool),
+        "state_value": ((1,), torch.float32),
+        "action_log_prob": ((), torch.float32),
+        ("next", "reward"): ((1,), torch.float32),
+        ("next", "done"): ((1,), torch.bool),
+        ("next", "terminated"): ((1,), torch.bool),
+        ("next", "state_value"): ((1,), torch.float32),
+        "advantage": ((1,), torch.float32),
+        "value_target": ((1,), torch.float32),
+    }
+    assert set(td.keys(include_nested=True, leaves_only=True)) == set(expected)
+    for key, (shape, dtype) in expected.items():
+        assert td.get(key).shape == (3, 5, *shape), key
+        assert td.get(key).dtype == dtype, key
+
+
+def test_discrete_actions_are_stored_as_indices_and_read_by_sb3_with_a_trailing_one():
+    buf = MaskableRolloutBuffer(4, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu", n_envs=2)
+    assert buf.tensordict["action"].shape == (2, 4)
+    assert buf.actions.shape == (4, 2, 1)
+
+
+def test_flat_env_major_view_is_sb3_contribs_flattened_order():
+    ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], buffer_size=4, n_envs=3)
+    fill_pair(ref, ours, seed=0)
+    flat = ours.tensordict.reshape(-1)
+    np.testing.assert_array_equal(flat["observation"].numpy(), ref.swap_and_flatten(ref.observations))
+
+
+def test_memmap_storage_gives_identical_minibatches_and_lives_in_files(tmp_path):
+    ref, ours = make_pair(OBS_SPACES["dict"], ACTION_SPACES["discrete"], 6, 2, storage="memmap", memmap_dir=tmp_path)
+    assert ours.tensordict.is_memmap()
+    assert any(tmp_path.rglob("*.memmap"))
+    fill_pair(ref, ours, seed=4)
+    np.testing.assert_allclose(ours.returns, ref.returns, rtol=1e-5, atol=1e-5)
+    assert_same_epochs(ref, ours, batch_size=5, seed=9)
+
+
+def test_memmap_on_an_accelerator_or_unknown_storage_is_refused():
+    with pytest.raises(ValueError, match="use 'memory' or 'memmap'"):
+        MaskableRolloutBuffer(2, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu", storage="disk")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("row_bytes", [0, 1 << 30])
+def test_minibatches_are_identical_whichever_gather_path_is_taken(monkeypatch, row_bytes):
+    import torchrl_mask.buffers as buffers
+
+    monkeypatch.setattr(buffers, "PER_MINIBATCH_ROW_BYTES", row_bytes)
+    ref, ours = make_pair(OBS_SPACES["dict"], ACTION_SPACES["multibinary"], buffer_size=7, n_envs=3)
+    fill_pair(ref, ours, seed=1)
+    assert_same_epochs(ref, ours, batch_size=4, seed=2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
+def test_cuda_storage_never_leaves_the_device_and_matches_sb3_contrib():
+    ref, _ = make_pair(OBS_SPACES["dict"], ACTION_SPACES["discrete"], buffer_size=6, n_envs=2)
+    ours = MaskableDictRolloutBuffer(6, OBS_SPACES["dict"], ACTION_SPACES["discrete"], "cuda", 0.9, 0.97, 2)
+    fill_pair(ref, ours, seed=3)
+    assert all(t.device.type == "cuda" for t in ours.tensordict.values(include_nested=True, leaves_only=True))
+    np.random.seed(0)
+    ref_batch = next(ref.get(5))
+    np.random.seed(0)
+    our_batch = next(ours.get(5))
+    assert our_batch.actions.device.type == "cuda"
+    torch.testing.assert_close(our_batch.returns.cpu(), ref_batch.returns, rtol=1e-5, atol=1e-5)
