@@ -99,6 +99,7 @@ def generalized_advantage(
     gamma: float,
     gae_lambda: float,
     method: GaeMethod = "auto",
+    terminated: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE(lambda) advantages and TD(lambda) returns by TorchRL's functional estimator.
 
@@ -108,7 +109,10 @@ def generalized_advantage(
     :param reward: ``r_t``, shape ``(n_envs, T, 1)``.
     :param value: ``V(s_t)``, ``(n_envs, T, 1)``.
     :param next_value: ``V(s_{t+1})``, ``(n_envs, T, 1)``.
-    :param done: bool, ``(n_envs, T, 1)``: step ``t`` ended its episode (no bootstrap, no carry-over).
+    :param done: bool, ``(n_envs, T, 1)``: step ``t`` ended its episode (no carry-over of the advantage).
+    :param terminated: bool, ``(n_envs, T, 1)``: step ``t`` ended in a terminal state (no bootstrap from
+        ``next_value``); None means every ``done`` is terminal (SB3's convention). Where ``done`` but not
+        ``terminated`` (a truncation, TorchRL's convention) ``delta_t`` bootstraps from ``next_value``.
     :param gamma: discount factor.
     :param gae_lambda: bias/variance trade-off; 1 gives Monte-Carlo advantages.
     :param method: ``"loop"`` (TorchRL's ``generalized_advantage_estimate``), ``"vec"``
@@ -124,4 +128,5 @@ def generalized_advantage(
         estimator = vec_generalized_advantage_estimate
     else:
         raise ValueError(f"gae_method={method!r} is not a GAE method: use 'auto', 'loop' or 'vec'.")
-    return estimator(gamma, gae_lambda, value, next_value, reward, done, done, time_dim=-2)
+    terminal = done if terminated is None else terminated
+    return estimator(gamma, gae_lambda, value, next_value, reward, done, terminal, time_dim=-2)

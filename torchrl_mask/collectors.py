@@ -1,0 +1,518 @@
+"""TorchRL side: masked envs, the SB3 policy as a TensorDictModule, MaskablePPO learning from a collector.
+
+sb3-contrib steps its envs in lockstep with the learner and fetches each step's masks with an extra
+``env_method("action_masks")`` round trip. Here TorchRL's collectors run the envs *and* a copy of the policy in
+worker processes (or on other machines), deliver the mask in each step's TensorDict, and hand whole rollouts
+to the learner; MaskablePPO's policy, loss, callbacks and logger are sb3-contrib's own.
+
+The flow::
+
+    gymnasium env --masked_gym_env--> TorchRL env with "action_mask"
+        --Collector / MultiSyncCollector / DistributedSyncCollector (runs MaskablePolicyModule)--> batch
+        --MaskablePolicyModule.add_next_state_value--> batch with ("next", "state_value")
+        --MaskableRolloutBuffer.extend--> rollout with GAE --model.train()--> new weights --> collector
+
+Every mask convention in use becomes a bool ``"action_mask"`` entry:
+
+- an ``action_masks()`` method (sb3-contrib's convention, ``ActionMasker``): ``masked_gym_env(env)``;
+- ``info["action_mask"]`` (gymnasium's Taxi): ``masked_gym_env(env)``;
+- a Dict observation entry (PettingZoo's convention): ``masked_gym_env(env)``, which takes the entry out of the
+  observation;
+- a TorchRL env that already writes ``"action_mask"``: as it is (rename another key with TorchRL's
+  ``RenameTransform``).
+
+Example:
+    >>> import gymnasium as gym
+    >>> from torchrl.collectors import Collector
+    >>> from torchrl_mask import MaskablePPO
+    >>> from torchrl_mask.collectors import MaskablePolicyModule, learn_from_collector, masked_gym_env
+    >>> model = MaskablePPO("MlpPolicy", gym.make("Taxi-v4"), n_steps=32, batch_size=32, n_epochs=1)
+    >>> collector = Collector(lambda: masked_gym_env(gym.make("Taxi-v4")), MaskablePolicyModule(model.policy),
+    ...                       frames_per_batch=32)
+    >>> model = learn_from_collector(model, collector, total_timesteps=64)
+    >>> model.num_timesteps
+    64
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections.abc import Sequence
+from typing import Any, Literal, SupportsFloat, TypeVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+from sb3_contrib.common.maskable.distributions import make_masked_proba_distribution
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.type_aliases import MaybeCallback
+from tensordict import TensorDictBase
+from tensordict.nn import InteractionType, TensorDictModule
+from tensordict.nn.probabilistic import interaction_type
+from tensordict.utils import NestedKey
+from torch import nn
+from torchrl.collectors import BaseCollector
+from torchrl.data import Binary, Composite
+from torchrl.envs import Compose, GymWrapper, InitTracker, RewardSum, StepCounter, TransformedEnv
+from torchrl.envs.gym_like import default_info_dict_reader
+
+from torchrl_mask import storage as st
+from torchrl_mask.buffers import MaskableRolloutBuffer
+from torchrl_mask.masks import mask_spec
+
+__all__ = [
+    "ActionMaskInInfo",
+    "CollectorFailed",
+    "MaskSource",
+    "MaskablePolicyModule",
+    "learn_from_collector",
+    "masked_gym_env",
+]
+
+MaskSource = Literal["auto", "method", "info", "observation"]
+ACTION_MASK = st.ACTION_MASK
+EPISODE_REWARD = ("next", "episode_reward")
+STEP_COUNT = ("next", "step_count")
+
+_Model = TypeVar("_Model")
+
+
+# ------------------------------------------------------------------------------------------ masked envs
+
+
+class ActionMaskInInfo(gym.Wrapper):
+    """A gymnasium wrapper that puts each step's action mask in ``info["action_mask"]`` as a flat bool array.
+
+    It reads the mask where the env keeps it, in the env's own process (no extra round trip):
+
+    - ``"method"``: the env's ``action_masks()`` (sb3-contrib's convention, e.g. ``ActionMasker``);
+    - ``"info"``: ``info[key]`` at reset and step (gymnasium's Taxi);
+    - ``"observation"``: the ``key`` entry of a Dict observation (PettingZoo's convention), which is taken out of
+      the observation and its space;
+    - ``"auto"``: ``"method"`` if the env has ``action_masks``, else ``"observation"`` if the Dict observation
+      space has ``key``, else ``"info"``.
+
+    :param env: a gymnasium env with a Discrete, MultiDiscrete or 1-D MultiBinary action space.
+    :param source: where the mask is, see above.
+    :param key: the mask's name in ``info`` or in the Dict observation.
+    :raises TypeError: the action space cannot be masked.
+    :raises ValueError: ``source="observation"`` without a Dict observation space holding ``key``.
+    """
+
+    def __init__(self, env: gym.Env, source: MaskSource = "auto", key: str = ACTION_MASK) -> None:
+        super().__init__(env)
+        self._mask_size = mask_spec(env.action_space).size
+        obs_space = env.observation_space
+        has_obs_entry = isinstance(obs_space, spaces.Dict) and key in obs_space.spaces
+        if source == "auto":
+            source = "method" if env.has_wrapper_attr("action_masks") else "observation" if has_obs_entry else "info"
+        if source not in ("method", "info", "observation"):
+            raise ValueError(f"source={source!r} is not a mask source: use 'auto', 'method', 'info' or 'observation'.")
+        if source == "observation":
+            if not has_obs_entry:
+                raise ValueError(
+                    f"source='observation' needs a Dict observation space with a {key!r} entry; "
+                    f"the env's observation space is {obs_space!r}."
+                )
+            assert isinstance(obs_space, spaces.Dict)
+            self.observation_space = spaces.Dict({k: v for k, v in obs_space.spaces.items() if k != key})
+        self.source: str = source
+        self.key = key
+
+    def _mask(self, obs: Any, info: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        if self.source == "method":
+            mask = self.env.get_wrapper_attr("action_masks")()
+        elif self.source == "observation":
+            obs = dict(obs)
+            mask = obs.pop(self.key)
+        else:
+            if self.key not in info:
+                raise ValueError(
+                    f"The env's info has no {self.key!r} entry (keys: {sorted(info)}); give the mask's source: "
+                    "source='method' for an action_masks() method, 'observation' for a Dict observation entry."
+                )
+            mask = info[self.key]
+        mask = np.asarray(mask)
+        if mask.size != self._mask_size:
+            raise ValueError(
+                f"The env's action mask has {mask.size} entries, but {self.env.action_space!r} needs "
+                f"{self._mask_size} (sb3-contrib's layout)."
+            )
+        info = dict(info)
+        info[ACTION_MASK] = mask.reshape(self._mask_size).astype(bool, copy=False)
+        return obs, info
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Reset the env; ``info["action_mask"]`` holds the first observation's mask."""
+        obs, info = self.env.reset(**kwargs)
+        return self._mask(obs, info)
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step the env; ``info["action_mask"]`` holds the mask of the observation returned."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        obs, info = self._mask(obs, info)
+        return obs, reward, terminated, truncated, info
+
+
+def masked_gym_env(
+    env: gym.Env,
+    source: MaskSource = "auto",
+    key: str = ACTION_MASK,
+    device: torch.device | str | None = None,
+) -> TransformedEnv:
+    """A TorchRL env over a masked gymnasium env, with a bool ``"action_mask"`` in every step's TensorDict.
+
+    The env is wrapped in :class:`ActionMaskInInfo` and TorchRL's ``GymWrapper`` (Discrete actions as indices),
+    and carries TorchRL's ``InitTracker`` (``"is_init"``), ``RewardSum`` (``"episode_reward"``) and
+    ``StepCounter`` (``"step_count"``), which :func:`learn_from_collector` logs as SB3's ``rollout/ep_*``.
+    Observation keys are ``"observation"`` for a non-Dict space and the Dict's keys otherwise.
+
+    Call it inside the function a collector runs in its workers: ``lambda: masked_gym_env(gym.make(...))``.
+
+    :param env: a gymnasium env (a fresh instance; it is not copied).
+    :param source: where the env keeps its mask, see :class:`ActionMaskInInfo`.
+    :param key: the mask's name in ``info`` or in the Dict observation.
+    :param device: the TorchRL env's device; None leaves tensors on the CPU.
+    :return: the TorchRL env; ``"action_mask"`` has shape ``(mask_dims,)``, dtype ``torch.bool``.
+    """
+    masked = ActionMaskInInfo(env, source=source, key=key)
+    size = mask_spec(env.action_space).size
+    wrapped = GymWrapper(masked, categorical_action_encoding=True, device=device)
+    wrapped.set_info_dict_reader(
+        default_info_dict_reader([ACTION_MASK], spec=Composite({ACTION_MASK: Binary(n=size, dtype=torch.bool)}))
+    )
+    return TransformedEnv(wrapped, Compose(InitTracker(), RewardSum(), StepCounter()))
+
+
+# ----------------------------------------------------------------------------------------- the policy
+
+
+def default_observation_keys(observation_space: spaces.Space) -> list[NestedKey]:
+    """Where a TorchRL env keeps each leaf of an observation space, in the space's leaf order.
+
+    :param observation_space: the SB3 model's observation space.
+    :return: ``["observation"]`` for a non-Dict space; the Dict's key paths (nested keys for nested Dicts),
+        which is where TorchRL's ``GymWrapper`` puts them.
+    """
+    paths = st.observation_leaves(observation_space)
+    return [(path if len(path) > 1 else path[0]) if path else st.OBSERVATION for path in paths]
+
+
+class _SB3Forward(nn.Module):
+    """Calls a MaskableActorCriticPolicy on tensors with any leading batch dims (none, ``(n,)``, ``(n, T)``)."""
+
+    def __init__(self, policy: MaskableActorCriticPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+        leaves = st.observation_leaves(policy.observation_space)
+        self._paths = list(leaves)
+        self._shapes = [tuple(space.shape or ()) for space in leaves.values()]
+        self._action_shape = tuple(policy.action_space.shape or ())
+        self._mask_size = mask_spec(policy.action_space).size
+
+    @torch.no_grad()
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        *observations, mask = inputs
+        batch = mask.shape[:-1]
+        obs = self._observation(observations)
+        deterministic = interaction_type() in (InteractionType.DETERMINISTIC, InteractionType.MODE)
+        actions, values, log_prob = self.policy(
+            obs, deterministic=deterministic, action_masks=mask.reshape(-1, self._mask_size)
+        )
+        return actions.reshape((*batch, *self._action_shape)), log_prob.reshape(batch), values.reshape((*batch, 1))
+
+    def _observation(self, leaves: Sequence[torch.Tensor]) -> Any:
+        flat = [leaf.reshape(-1, *shape) for leaf, shape in zip(leaves, self._shapes, strict=True)]
+        if self._paths == [()]:
+            return flat[0]
+        nested: dict[str, Any] = {}
+        for path, leaf in zip(self._paths, flat, strict=True):
+            node = nested
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = leaf
+        return nested
+
+    def value(self, leaves: Sequence[torch.Tensor]) -> torch.Tensor:
+        return self.policy.predict_values(self._observation(leaves))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # What a worker process receives: the policy without its optimizer, and with a fresh action
+        # distribution (SB3 keeps the last one, whose logits carry the autograd graph of the last update and
+        # cannot cross a process boundary). The learner's policy is left as it is.
+        state = self.__dict__.copy()
+        shipped = copy.copy(self.policy)
+        shipped.__dict__ = {k: v for k, v in self.policy.__dict__.items() if k != "optimizer"}
+        shipped.action_dist = make_masked_proba_distribution(self.policy.action_space)
+        state["_modules"] = {**state["_modules"], "policy": shipped}
+        return state
+
+
+class MaskablePolicyModule(TensorDictModule):
+    """An sb3-contrib ``MaskableActorCriticPolicy`` as a TorchRL policy.
+
+    Reads the observation and ``"action_mask"`` and writes, under TorchRL's keys, ``"action"`` (shape
+    ``(*B,)`` for Discrete, ``(*B, k)`` for MultiDiscrete/MultiBinary), ``"action_log_prob"`` ``(*B,)`` and
+    ``"state_value"`` ``(*B, 1)``, for any batch dims ``B`` (an unbatched env step included). It samples
+    (``deterministic=False``) unless TorchRL's exploration type is ``DETERMINISTIC`` or ``MODE``. It holds the
+    policy itself, so a ``Collector`` in the learner's process runs the trained weights, and multi-process and
+    distributed collectors copy it to their workers and take new weights through
+    ``collector.update_policy_weights_()``.
+
+    :param policy: the model's policy (``model.policy``).
+    :param observation_keys: the env's key for each leaf of ``policy.observation_space``, in leaf order; None
+        means ``"observation"``, or the Dict's keys (see :func:`default_observation_keys`).
+    :param mask_key: the env's mask entry, bool ``(*B, mask_dims)``.
+
+    Example:
+        >>> import gymnasium as gym, torch
+        >>> from tensordict import TensorDict
+        >>> from sb3_contrib import MaskablePPO
+        >>> policy = MaskablePPO("MlpPolicy", gym.make("Taxi-v4")).policy
+        >>> td = TensorDict({"observation": torch.tensor([3, 7]),
+        ...                  "action_mask": torch.tensor([[1, 0, 0, 0, 0, 0]] * 2, dtype=torch.bool)}, [2])
+        >>> MaskablePolicyModule(policy)(td)["action"].tolist()
+        [0, 0]
+    """
+
+    def __init__(
+        self,
+        policy: MaskableActorCriticPolicy,
+        observation_keys: Sequence[NestedKey] | None = None,
+        mask_key: NestedKey = ACTION_MASK,
+    ) -> None:
+        if not isinstance(policy, MaskableActorCriticPolicy):
+            raise TypeError(
+                f"MaskablePolicyModule needs sb3-contrib's MaskableActorCriticPolicy (model.policy of a "
+                f"MaskablePPO), got {type(policy).__name__}."
+            )
+        keys = (
+            list(observation_keys)
+            if observation_keys is not None
+            else default_observation_keys(policy.observation_space)
+        )
+        n_leaves = len(st.observation_leaves(policy.observation_space))
+        if len(keys) != n_leaves:
+            raise ValueError(
+                f"observation_keys has {len(keys)} keys, but the policy's observation space has {n_leaves} leaves: "
+                "give one env key per leaf, in the space's order."
+            )
+        super().__init__(
+            _SB3Forward(policy),
+            in_keys=[*keys, mask_key],
+            out_keys=[st.ACTION, st.LOG_PROB, st.VALUE],
+        )
+        self.observation_keys: list[NestedKey] = keys
+
+    @property
+    def policy(self) -> MaskableActorCriticPolicy:
+        """The wrapped sb3-contrib policy."""
+        return self.module.policy
+
+    @torch.no_grad()
+    def add_next_state_value(self, batch: TensorDictBase) -> TensorDictBase:
+        """Write ``("next", "state_value")``, ``V`` of ``("next", observation)``, where GAE reads it.
+
+        GAE needs ``V(s_{t+1})`` at every step that did not terminate. Inside an episode it is the next step's
+        ``"state_value"``, already in the batch; the policy runs only where an episode was truncated (the final
+        observation) and on each env's last step, in one batched call. Terminated steps get 0.
+
+        :param batch: a collector batch ``(n_envs, T)`` or flat ``(T,)`` with the observation, ``"state_value"``,
+            ``("next", observation)``, ``("next", "done")`` and ``("next", "terminated")``.
+        :return: ``batch``, with ``("next", "state_value")`` ``(*B, 1)`` float32 set in place.
+        """
+        flat = batch.ndim == 1
+        rows = batch.unsqueeze(0) if flat else batch
+        value = rows.get(st.VALUE)
+        done = rows.get(st.NEXT_DONE)
+        terminated = rows.get(st.NEXT_TERMINATED)
+        next_value = torch.zeros_like(value)
+        next_value[:, :-1] = value[:, 1:]
+        need = done & ~terminated
+        need[:, -1] = ~terminated[:, -1]
+        need = need[..., 0]
+        if bool(need.any()):
+            leaves = [
+                rows.get(("next", *((key,) if isinstance(key, str) else key)))[need] for key in self.observation_keys
+            ]
+            self.policy.set_training_mode(False)
+            computed = self.module.value(leaves).to(next_value)
+            next_value[need] = computed.reshape(-1, 1)
+        next_value[terminated] = 0.0
+        rows.set(st.NEXT_VALUE, next_value)
+        if flat:
+            batch.set(st.NEXT_VALUE, next_value[0])
+        return batch
+
+
+# -------------------------------------------------------------------------------------------- learning
+
+
+class CollectorFailed(RuntimeError):
+    """Data collection failed (a worker process died, an env raised, a worker stopped answering).
+
+    The collector has been shut down and its worker processes are gone; the original error is the cause.
+    """
+
+
+def learn_from_collector(
+    model: _Model,
+    collector: BaseCollector,
+    total_timesteps: int,
+    callback: MaybeCallback = None,
+    log_interval: int = 1,
+    tb_log_name: str = "MaskablePPO",
+    reset_num_timesteps: bool = True,
+    progress_bar: bool = False,
+    *,
+    observation_keys: Sequence[NestedKey] | None = None,
+    reward_key: NestedKey = st.NEXT_REWARD,
+    shutdown: bool = True,
+) -> _Model:
+    """MaskablePPO's ``learn``, with the rollouts from a TorchRL collector instead of the model's VecEnv.
+
+    Each iteration takes one batch from the collector, computes ``("next", "state_value")`` with the model's
+    policy, fills ``model.rollout_buffer`` with :meth:`~torchrl_mask.MaskableRolloutBuffer.extend` (GAE with
+    TorchRL's truncation handling), runs sb3-contrib's own ``model.train()``, and sends the new weights to the
+    collector (``collector.update_policy_weights_()``), so the next batch is collected with them. SB3's
+    ``_setup_learn``, callbacks, logger and progress bar are used as ``learn`` uses them: ``on_step`` runs once
+    per collected step of all envs (``buffer_size`` times per batch), after the batch is in. ``model.env`` is
+    used for its spaces and SB3's bookkeeping only; it is not stepped.
+
+    The collector must run :class:`MaskablePolicyModule` over ``model.policy`` with ``total_frames=-1`` or at
+    least ``total_timesteps``. Each batch ``(n_envs, T)`` (or flat ``(T,)`` from one env) is one rollout; the
+    model's rollout buffer is re-made with that shape on the first batch (its class and
+    ``rollout_buffer_kwargs`` kept), so ``n_steps`` is the collector's ``T``.
+
+    The collector is shut down at the end, also on an error or a ``KeyboardInterrupt``, unless ``shutdown`` is
+    False. A failure in collection (a dead worker, an env that raised) is raised as :class:`CollectorFailed`.
+
+    :param model: a :class:`torchrl_mask.MaskablePPO` (sb3-contrib's works too, with our buffer class).
+    :param collector: a TorchRL collector: ``Collector``, ``MultiSyncCollector``, ``MultiAsyncCollector``
+        (batches with mixed policy versions: off-policy by one update), or a ``torchrl.collectors.distributed``
+        collector.
+    :param total_timesteps: env steps to train on, counted as SB3 counts them.
+    :param callback: SB3 callback(s), as for ``learn``.
+    :param log_interval: iterations between logger dumps.
+    :param tb_log_name: name of the TensorBoard run.
+    :param reset_num_timesteps: start ``num_timesteps`` from 0 (else continue the count).
+    :param progress_bar: SB3's progress bar (tqdm and rich).
+    :param observation_keys: the batch key of each observation leaf, as for :class:`MaskablePolicyModule`.
+    :param reward_key: where the reward is in the batch, ``(*B, 1)``.
+    :param shutdown: shut the collector down when done.
+    :return: the model.
+    :raises CollectorFailed: collection failed; the collector is shut down.
+    :raises TypeError: the model's rollout buffer is not a :class:`~torchrl_mask.MaskableRolloutBuffer`.
+    """
+    algo: Any = model
+    if not isinstance(algo.rollout_buffer, MaskableRolloutBuffer):
+        raise TypeError(
+            f"learn_from_collector needs torchrl_mask's rollout buffer (it has extend()); the model has "
+            f"{type(algo.rollout_buffer).__name__}. Use torchrl_mask.MaskablePPO."
+        )
+    module = MaskablePolicyModule(algo.policy, observation_keys=observation_keys)
+    try:
+        total, sb3_callback = algo._setup_learn(
+            total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
+        )
+        sb3_callback.on_training_start(locals(), globals())
+        batches = iter(collector)
+        episode_starts: torch.Tensor | None = None
+        iteration = 0
+        while algo.num_timesteps < total:
+            sb3_callback.on_rollout_start()
+            batch = _next_batch(batches, collector)
+            if batch.ndim == 1:
+                batch = batch.unsqueeze(0)
+            if episode_starts is None:
+                episode_starts = torch.ones(batch.shape[0], dtype=torch.bool)
+            module.add_next_state_value(batch)
+            buffer = _buffer_for(algo, batch.shape[0], batch.shape[1])
+            buffer.reset()
+            buffer.extend(batch, module.observation_keys, reward_key, episode_starts=episode_starts)
+            episode_starts = batch.get(st.NEXT_DONE)[:, -1, 0].cpu()
+            continue_training = _step_callbacks(algo, sb3_callback, batch)
+            _record_episodes(algo, batch)
+            if not continue_training:
+                break
+            sb3_callback.update_locals(locals())
+            sb3_callback.on_rollout_end()
+            iteration += 1
+            algo._update_current_progress_remaining(algo.num_timesteps, total)
+            if log_interval is not None and iteration % log_interval == 0:
+                algo.dump_logs(iteration)
+            algo.train()
+            collector.update_policy_weights_()
+        sb3_callback.on_training_end()
+    finally:
+        if shutdown:
+            collector.shutdown()
+    return model
+
+
+def _next_batch(batches: Any, collector: BaseCollector) -> TensorDictBase:
+    """The collector's next batch; a failure in collection becomes :class:`CollectorFailed`."""
+    start = time.monotonic()
+    try:
+        return next(batches)
+    except StopIteration:
+        raise CollectorFailed(
+            "The collector stopped before total_timesteps were collected: create it with total_frames=-1 "
+            "(or at least total_timesteps)."
+        ) from None
+    except (RuntimeError, EOFError, BrokenPipeError, ConnectionError, OSError) as error:
+        waited = time.monotonic() - start
+        with contextlib.suppress(Exception):  # the collector is already broken; its own error is the one to report
+            collector.shutdown()
+        raise CollectorFailed(
+            f"Data collection failed after {waited:.1f} s waiting for a batch from {type(collector).__name__}: "
+            f"{error}. A worker process died or its env raised (the env's traceback, if any, is above or in the "
+            "cause). The collector has been shut down."
+        ) from error
+
+
+def _buffer_for(algo: Any, n_envs: int, steps: int) -> MaskableRolloutBuffer:
+    """The model's rollout buffer, re-made once if the collector's batch shape differs from it."""
+    buffer: MaskableRolloutBuffer = algo.rollout_buffer
+    if (buffer.n_envs, buffer.buffer_size) != (n_envs, steps):
+        buffer = type(buffer)(
+            steps,
+            algo.observation_space,
+            algo.action_space,
+            device=algo.device,
+            gamma=algo.gamma,
+            gae_lambda=algo.gae_lambda,
+            n_envs=n_envs,
+            **(algo.rollout_buffer_kwargs or {}),
+        )
+        algo.rollout_buffer = buffer
+    return buffer
+
+
+def _step_callbacks(algo: Any, callback: BaseCallback, batch: TensorDictBase) -> bool:
+    """Advance ``num_timesteps`` and call ``on_step`` once per collected step of all envs, as ``learn`` does."""
+    n_envs, steps = batch.shape
+    dones = batch.get(st.NEXT_DONE)[..., 0].cpu().numpy()
+    infos: list[dict[str, Any]] = [{} for _ in range(n_envs)]
+    for t in range(steps):
+        algo.num_timesteps += n_envs
+        callback.update_locals({"dones": dones[:, t], "infos": infos, "n_steps": t})
+        if not callback.on_step():
+            return False
+    return True
+
+
+def _record_episodes(algo: Any, batch: TensorDictBase) -> None:
+    """Feed finished episodes' return and length to SB3's ``ep_info_buffer`` (``rollout/ep_rew_mean``)."""
+    rewards = batch.get(EPISODE_REWARD, None)
+    lengths = batch.get(STEP_COUNT, None)
+    if rewards is None or lengths is None or algo.ep_info_buffer is None:
+        return
+    done = batch.get(st.NEXT_DONE)[..., 0]
+    for reward, length in zip(rewards[done].reshape(-1).tolist(), lengths[done].reshape(-1).tolist(), strict=True):
+        algo.ep_info_buffer.append({"r": reward, "l": int(length)})
+    algo._episode_num += int(done.sum())
