@@ -1,0 +1,7 @@
+"""``python -m torchrl_mask``: the same as the ``torchrl-mask`` command."""
+
+import sys
+
+from torchrl_mask.cli import main
+
+sys.exit(main())
