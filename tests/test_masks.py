@@ -25,13 +25,25 @@ def test_mask_layout_is_sb3_contribs(space, groups):
     assert spec.size == sum(groups)
 
 
-def test_check_accepts_numpy_torch_and_numeric_masks_and_returns_bool_rows():
+def test_check_accepts_numpy_torch_and_numeric_masks_and_returns_bool_rows_of_the_same_kind():
     spec = mask_spec(spaces.MultiDiscrete([2, 3]))
     rows = np.array([[1, 0, 0, 1, 0], [0, 1, 1, 1, 1]], dtype=np.int8)
-    for masks in (rows, torch.as_tensor(rows), rows.astype(np.float32), rows.astype(bool)):
+    for masks in (rows, rows.astype(np.float32), rows.astype(bool), [[1, 0, 0, 1, 0], [0, 1, 1, 1, 1]]):
         checked = spec.check(masks, n_envs=2)
-        assert checked.dtype == torch.bool and checked.shape == (2, 5)
+        assert isinstance(checked, np.ndarray) and checked.dtype == np.bool_ and checked.shape == (2, 5)
         assert checked.tolist() == rows.astype(bool).tolist()
+    checked = spec.check(torch.as_tensor(rows), n_envs=2)
+    assert isinstance(checked, torch.Tensor) and checked.dtype == torch.bool
+    assert checked.tolist() == rows.astype(bool).tolist()
+
+
+@pytest.mark.parametrize("kind", [np.asarray, torch.as_tensor])
+def test_uneven_groups_are_checked_in_numpy_and_in_torch(kind):
+    spec = mask_spec(spaces.MultiDiscrete([2, 3, 1]))
+    masks = np.ones((2, 6), dtype=bool)
+    masks[0, 2:5] = False
+    with pytest.raises(ValueError, match="env 0 allow no action: sub-action 1"):
+        spec.check(kind(masks), n_envs=2)
 
 
 def test_single_env_mask_may_come_without_the_env_dimension():
@@ -57,3 +69,16 @@ def test_reshape_skips_the_emptiness_check_but_not_the_shape_check():
     assert not spec.reshape(np.zeros((2, 3)), n_envs=2).any()
     with pytest.raises(ValueError, match="needs \\(2, 3\\)"):
         spec.reshape(np.zeros((2, 4)), n_envs=2)
+
+
+@pytest.mark.parametrize("kind", [np.asarray, torch.as_tensor])
+@pytest.mark.parametrize("group", [2, 4, 8, 3])
+def test_word_sized_groups_find_the_one_empty_group(kind, group):
+    spec = mask_spec(spaces.MultiDiscrete([group] * 5))
+    masks = np.ones((3, 5 * group), dtype=bool)
+    masks[2, 3 * group : 4 * group] = False
+    masks[1, 3 * group] = False  # a group with one choice left stays valid
+    with pytest.raises(ValueError, match="env 2 allow no action: sub-action 3"):
+        spec.check(kind(masks), n_envs=3)
+    masks[2, 4 * group - 1] = True
+    assert spec.check(kind(masks), n_envs=3).shape == (3, 5 * group)

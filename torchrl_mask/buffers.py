@@ -21,6 +21,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Generator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -86,6 +88,11 @@ class _SB3Array:
     def __set__(self, buf: MaskableRolloutBuffer, value: ArrayLike) -> None:
         view = self._sb3_view(buf)
         view.copy_(torch.as_tensor(np.asarray(value)).reshape(view.shape))
+
+
+def _float_masks(masks: torch.Tensor) -> torch.Tensor:
+    """sb3-contrib's float32 masks from bool ones; through uint8, which converts several times faster."""
+    return masks.view(torch.uint8).to(torch.float32)
 
 
 def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -241,10 +248,14 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
             rollout.get((st.OBSERVATION, *path) if path else st.OBSERVATION) for path in self._obs_paths
         ]
         self._obs_shapes = [tuple(leaf.shape[2:]) for leaf in self._obs_leaves]
+        self._action_shape = st.action_shape(self.action_space)
+        self._host = self.device.type == "cpu"
+        self._obs_targets = [leaf.numpy() if self._host else leaf for leaf in self._obs_leaves]
         self._leaf = {key: rollout.get(key) for key in (
             st.ACTION, st.ACTION_MASK, st.IS_INIT, st.VALUE, st.LOG_PROB, st.NEXT_REWARD,
             st.NEXT_VALUE, st.NEXT_DONE, st.NEXT_TERMINATED, st.ADVANTAGE, st.VALUE_TARGET,
         )}  # fmt: skip
+        self._targets = {key: leaf.numpy() if self._host else leaf for key, leaf in self._leaf.items()}
 
     # -------------------------------------------------------------------------------------------- add
 
@@ -281,57 +292,61 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
                 "are filled. Call reset() to start a new rollout."
             )
         n = self.n_envs
-        obs_tensors = []
+        obs_arrays = []
         for (path, item), shape in zip(self._observation_items(obs), self._obs_shapes, strict=True):
-            tensor = _as_tensor(item)
-            if tuple(tensor.shape) != (n, *shape):
-                if shape == (1,) and tuple(tensor.shape) == (n,):  # Discrete observations come flat
-                    tensor = tensor.reshape(n, 1)
+            array = self._host_or_device(item)
+            if tuple(array.shape) != (n, *shape):
+                if shape == (1,) and tuple(array.shape) == (n,):  # Discrete observations come flat
+                    array = array.reshape(n, 1)
                 else:
                     where = f"observation[{']['.join(map(repr, path))}]" if path else "observation"
                     raise ValueError(
-                        f"{where} has shape {tuple(tensor.shape)}, expected {(n, *shape)} "
+                        f"{where} has shape {tuple(array.shape)}, expected {(n, *shape)} "
                         f"(n_envs={n} times the space's shape {shape})."
                     )
-            obs_tensors.append(tensor)
-        action_t = self._rows("action", action, self.action_dim).reshape(n, *st.action_shape(self.action_space))
-        reward_t = self._rows("reward", reward, 1)
-        start_t = self._rows("episode_start", episode_start, 1)
-        value_t = self._rows("value", value, 1)
-        log_prob_t = self._rows("log_prob", log_prob, 1).reshape(n)
-        if action_masks is None:
-            mask_t: torch.Tensor | bool = True
-        elif self.check_masks:
-            mask_t = self._mask_spec.check(action_masks, n)
-        else:
-            mask_t = self._mask_spec.reshape(action_masks, n)
+            obs_arrays.append(array)
+        rows: dict[NestedKey, Any] = {
+            st.ACTION: self._rows("action", action, self.action_dim).reshape(n, *self._action_shape),
+            st.NEXT_REWARD: self._rows("reward", reward, 1),
+            st.IS_INIT: self._rows("episode_start", episode_start, 1),
+            st.VALUE: self._rows("value", value, 1),
+            st.LOG_PROB: self._rows("log_prob", log_prob, 1).reshape(n),
+        }
+        if action_masks is not None:
+            masks = self._host_or_device(action_masks)
+            spec = self._mask_spec
+            rows[st.ACTION_MASK] = spec.check(masks, n) if self.check_masks else spec.reshape(masks, n)
 
+        # Everything is checked: write. On the host the targets are numpy views of the storage (numpy's
+        # per-call cost is a fraction of torch's at these sizes); on an accelerator they are the tensors.
         pos = self.pos
-        for leaf, tensor in zip(self._obs_leaves, obs_tensors, strict=True):
-            leaf[:, pos].copy_(tensor)
-        leaf = self._leaf
-        leaf[st.ACTION][:, pos].copy_(action_t)
-        leaf[st.NEXT_REWARD][:, pos].copy_(reward_t)
-        leaf[st.IS_INIT][:, pos].copy_(start_t)
-        leaf[st.VALUE][:, pos].copy_(value_t)
-        leaf[st.LOG_PROB][:, pos].copy_(log_prob_t)
-        if isinstance(mask_t, torch.Tensor):
-            leaf[st.ACTION_MASK][:, pos].copy_(mask_t)
-        else:
-            leaf[st.ACTION_MASK][:, pos].fill_(True)
+        for target, array in zip(self._obs_targets, obs_arrays, strict=True):
+            target[:, pos] = array if self._host else torch.as_tensor(array, device=self.device)
+        for key, array in rows.items():
+            self._targets[key][:, pos] = array if self._host else torch.as_tensor(array, device=self.device)
+        if action_masks is None:
+            self._targets[st.ACTION_MASK][:, pos] = True
         self.pos += 1
         if self.pos == self.buffer_size:
             self.full = True
 
-    def _rows(self, name: str, value: ArrayLike, width: int) -> torch.Tensor:
-        tensor = _as_tensor(value)
-        if tensor.numel() != self.n_envs * width:
+    def _host_or_device(self, value: Any) -> Any:
+        """A numpy array when the storage is on the host (zero-copy for CPU tensors), else a tensor."""
+        if isinstance(value, torch.Tensor):
+            value = value.detach()
+            return value.cpu().numpy() if self._host else value
+        return np.asarray(value)
+
+    def _rows(self, name: str, value: Any, width: int) -> Any:
+        array = self._host_or_device(value)
+        size = math.prod(array.shape)
+        if size != self.n_envs * width:
             expected = f"({self.n_envs},)" if width == 1 else f"({self.n_envs}, {width})"
             raise ValueError(
-                f"{name} has shape {tuple(tensor.shape)} ({tensor.numel()} entries), expected {expected}: "
+                f"{name} has shape {tuple(array.shape)} ({size} entries), expected {expected}: "
                 f"{width} per env for n_envs={self.n_envs}."
             )
-        return tensor.reshape(self.n_envs, width)
+        return array.reshape(self.n_envs, width)
 
     # -------------------------------------------------------------------------------------------- GAE
 
@@ -351,8 +366,8 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
                 f"compute_returns_and_advantage() needs a full rollout: {self.pos} of buffer_size="
                 f"{self.buffer_size} steps were added. Add the remaining steps first."
             )
-        last = self._rows("last_values", last_values, 1).to(self.device, torch.float32)
-        done_last = self._rows("dones", dones, 1).to(self.device)
+        last = torch.as_tensor(self._rows("last_values", last_values, 1), device=self.device, dtype=torch.float32)
+        done_last = torch.as_tensor(self._rows("dones", dones, 1), device=self.device)
         leaf = self._leaf
         value, done = leaf[st.VALUE], leaf[st.NEXT_DONE]
         next_value, done = bootstrap_inputs(value, leaf[st.IS_INIT], last, done_last, out=(leaf[st.NEXT_VALUE], done))
@@ -546,32 +561,27 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     def _minibatches(self, indices: np.ndarray, batch_size: int) -> Generator[Any, None, None]:
         total = len(indices)
         index = torch.from_numpy(indices).to(self.device)
-        per_epoch: list[torch.Tensor | None] = []
+        chunks = index.split(batch_size)
         flat = self._flat_leaves()
+        # Small leaves: one gather for the epoch, then split() hands out every minibatch as a view at once.
+        # Large leaves (None here): one gather per minibatch, so memory stays at one minibatch.
+        columns: list[tuple[torch.Tensor, ...] | None] = []
         for tensor in flat:
-            row_bytes = tensor[0].numel() * tensor.element_size()
-            gather_now = row_bytes < PER_MINIBATCH_ROW_BYTES or batch_size >= total
-            per_epoch.append(tensor.index_select(0, index) if gather_now else None)
-        for start in range(0, total, batch_size):
-            stop = min(start + batch_size, total)
-            rows = [
-                shuffled[start:stop] if shuffled is not None else tensor.index_select(0, index[start:stop])
-                for tensor, shuffled in zip(flat, per_epoch, strict=True)
-            ]
-            yield self._samples(rows)
-
-    def _samples(self, rows: list[torch.Tensor]) -> Any:
+            if tensor[0].numel() * tensor.element_size() < PER_MINIBATCH_ROW_BYTES or batch_size >= total:
+                shuffled = tensor.index_select(0, index)
+                columns.append((_float_masks(shuffled) if tensor is flat[-1] else shuffled).split(batch_size))
+            else:
+                columns.append(None)
+        masks_per_batch = columns[-1] is None
         n_obs = len(self._obs_leaves)
-        actions, values, log_probs, advantages, returns, masks = rows[n_obs:]
-        return self._samples_type(
-            self._pack_observations(rows[:n_obs]),
-            actions,
-            values,
-            log_probs,
-            advantages,
-            returns,
-            masks.to(torch.float32),
-        )
+        for i, chunk in enumerate(chunks):
+            rows = [
+                column[i] if column is not None else tensor.index_select(0, chunk)
+                for tensor, column in zip(flat, columns, strict=True)
+            ]
+            if masks_per_batch:
+                rows[-1] = _float_masks(rows[-1])
+            yield self._samples_type(self._pack_observations(rows[:n_obs]), *rows[n_obs:])
 
     def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> Any:
         """The minibatch of the given env-major flat indices (SB3's hook behind ``sample``).
@@ -581,7 +591,10 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         :return: the samples namedtuple.
         """
         index = torch.as_tensor(np.asarray(batch_inds), dtype=torch.long, device=self.device)
-        return self._samples([tensor.index_select(0, index) for tensor in self._flat_leaves()])
+        rows = [tensor.index_select(0, index) for tensor in self._flat_leaves()]
+        rows[-1] = _float_masks(rows[-1])
+        n_obs = len(self._obs_leaves)
+        return self._samples_type(self._pack_observations(rows[:n_obs]), *rows[n_obs:])
 
 
 class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
@@ -634,7 +647,14 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
             node[path[-1]] = item
         return nested
 
+    @functools.cached_property
+    def _top_keys(self) -> set[str] | None:
+        """The space's keys when it has no nested Dict (the fast path of ``add``), else None."""
+        return None if any(len(path) > 1 for path in self._obs_paths) else {path[0] for path in self._obs_paths}
+
     def _observation_items(self, obs: Any) -> list[tuple[tuple[str, ...], Any]]:
+        if type(obs) is dict and obs.keys() == self._top_keys:  # the common case, checked in one comparison
+            return [(path, obs[path[0]]) for path in self._obs_paths]
         if not isinstance(obs, Mapping):
             raise ValueError(f"observation must be a dict with keys {self._key_names()}, got {type(obs).__name__}.")
         items = []

@@ -12,11 +12,18 @@ and sb3-contrib would silently train on ``NaN`` log-probabilities.
 
 from __future__ import annotations
 
+import math
+from typing import cast
+
 import numpy as np
 import torch
 from gymnasium import spaces
 
-__all__ = ["MaskSpec", "mask_spec"]
+__all__ = ["MaskArray", "MaskSpec", "mask_spec"]
+
+MaskArray = np.ndarray | torch.Tensor
+
+_WORD = {2: (np.uint16, torch.int16), 4: (np.uint32, torch.int32), 8: (np.uint64, torch.int64)}
 
 
 class MaskSpec:
@@ -37,56 +44,27 @@ class MaskSpec:
     def __repr__(self) -> str:
         return f"MaskSpec(groups={self.groups}, size={self.size})"
 
-    def check(self, masks: np.ndarray | torch.Tensor, n_envs: int) -> torch.Tensor:
-        """Validate masks for one step of ``n_envs`` envs and return them as a bool tensor.
+    def check(self, masks: MaskArray, n_envs: int) -> MaskArray:
+        """Validate masks for one step of ``n_envs`` envs and return them as bool rows.
+
+        Numpy masks are checked with numpy, tensors with torch on their own device (on CUDA the check
+        costs a device sync).
 
         :param masks: the masks, shape ``(n_envs, size)``; also accepted: ``(n_envs, *dims)`` with
             ``prod(dims) == size`` (e.g. ``(n_envs, n, 2)`` for MultiBinary), and ``(size,)`` when
             ``n_envs == 1``. Any dtype; non-zero means allowed.
         :param n_envs: number of envs in the step.
-        :return: bool tensor of shape ``(n_envs, size)`` on the device the masks came on.
+        :return: bool rows of shape ``(n_envs, size)``, a numpy array or a tensor as given.
         :raises ValueError: wrong shape, or a row (or sub-action group) that allows no action.
         """
-        tensor = masks if isinstance(masks, torch.Tensor) else torch.from_numpy(np.asarray(masks))
-        tensor = self._reshape(tensor, n_envs)
-        if tensor.dtype != torch.bool:
-            tensor = tensor != 0
-        self._check_nonempty(tensor)
-        return tensor
-
-    def reshape(self, masks: np.ndarray | torch.Tensor, n_envs: int) -> torch.Tensor:
-        """Bring masks to ``(n_envs, size)`` bool without checking that each group allows an action.
-
-        :param masks: as for :meth:`check`.
-        :param n_envs: number of envs in the step.
-        :return: bool tensor of shape ``(n_envs, size)``.
-        :raises ValueError: wrong shape.
-        """
-        tensor = masks if isinstance(masks, torch.Tensor) else torch.from_numpy(np.asarray(masks))
-        tensor = self._reshape(tensor, n_envs)
-        return tensor if tensor.dtype == torch.bool else tensor != 0
-
-    def _reshape(self, tensor: torch.Tensor, n_envs: int) -> torch.Tensor:
-        shape = tuple(tensor.shape)
-        fits = (len(shape) >= 2 and shape[0] == n_envs and int(np.prod(shape[1:])) == self.size) or (
-            n_envs == 1 and shape == (self.size,)
-        )
-        if not fits:
-            raise ValueError(
-                f"action_masks has shape {shape}, but {self.space_repr} with n_envs={n_envs} needs "
-                f"({n_envs}, {self.size}): one row of {self.size} booleans per env. "
-                "Pass the stacked masks of all envs for this step."
-            )
-        return tensor.reshape(n_envs, self.size)
-
-    def _check_nonempty(self, tensor: torch.Tensor) -> None:
-        if self._uniform:
-            allowed = tensor.reshape(tensor.shape[0], len(self.groups), self.groups[0]).any(-1)
-        else:
-            allowed = torch.stack([part.any(-1) for part in tensor.split(list(self.groups), dim=-1)], dim=-1)
+        rows = self.reshape(masks, n_envs)
+        allowed = self._allowed_groups(rows)
         if bool(allowed.all()):
-            return
-        env, group = (int(i) for i in torch.nonzero(~allowed)[0])
+            return rows
+        if isinstance(allowed, torch.Tensor):
+            env, group = (int(i) for i in torch.nonzero(~allowed)[0])
+        else:
+            env, group = (int(i) for i in np.argwhere(~allowed)[0])
         if len(self.groups) == 1:
             where = f"all {self.size} entries are False"
         else:
@@ -97,6 +75,44 @@ class MaskSpec:
             "A masked policy cannot sample from an empty set; fix the env's action_masks(), "
             "or pass check_masks=False to the buffer to skip this check."
         )
+
+    def reshape(self, masks: MaskArray, n_envs: int) -> MaskArray:
+        """Bring masks to bool rows ``(n_envs, size)`` without checking that each group allows an action.
+
+        :param masks: as for :meth:`check`.
+        :param n_envs: number of envs in the step.
+        :return: bool rows of shape ``(n_envs, size)``, a numpy array or a tensor as given.
+        :raises ValueError: wrong shape.
+        """
+        if not isinstance(masks, (np.ndarray, torch.Tensor)):
+            masks = np.asarray(masks)
+        shape = tuple(masks.shape)
+        fits = (len(shape) >= 2 and shape[0] == n_envs and math.prod(shape[1:]) == self.size) or (
+            n_envs == 1 and shape == (self.size,)
+        )
+        if not fits:
+            raise ValueError(
+                f"action_masks has shape {shape}, but {self.space_repr} with n_envs={n_envs} needs "
+                f"({n_envs}, {self.size}): one row of {self.size} booleans per env. "
+                "Pass the stacked masks of all envs for this step."
+            )
+        rows = masks.reshape(n_envs, self.size)
+        return rows if rows.dtype in (np.bool_, torch.bool) else rows != 0
+
+    def _allowed_groups(self, rows: MaskArray) -> MaskArray:
+        """``(n_envs, n_groups)``: whether each group of each row allows at least one choice."""
+        if self._uniform and self.groups[0] in _WORD:
+            # Groups of 2, 4 or 8 booleans are whole machine words: a group allows a choice iff its word is
+            # non-zero. An order of magnitude faster than any() over a short last axis (MultiBinary).
+            numpy_word, torch_word = _WORD[self.groups[0]]
+            if isinstance(rows, torch.Tensor):
+                return rows.contiguous().view(torch_word) != 0
+            return np.ascontiguousarray(rows).view(numpy_word) != 0
+        if self._uniform:
+            return cast(MaskArray, rows.reshape(rows.shape[0], len(self.groups), self.groups[0]).any(-1))
+        if isinstance(rows, torch.Tensor):
+            return torch.stack([part.any(-1) for part in rows.split(list(self.groups), dim=-1)], dim=-1)
+        return np.logical_or.reduceat(rows, self._starts, axis=1)
 
 
 def mask_spec(action_space: spaces.Space) -> MaskSpec:
