@@ -333,8 +333,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     def _host_or_device(self, value: Any) -> Any:
         """A numpy array when the storage is on the host (zero-copy for CPU tensors), else a tensor."""
         if isinstance(value, torch.Tensor):
-            value = value.detach()
-            return value.cpu().numpy() if self._host else value
+            return value.numpy(force=True) if self._host else value.detach()
         return np.asarray(value)
 
     def _rows(self, name: str, value: Any, width: int) -> Any:
