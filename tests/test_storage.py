@@ -64,11 +64,11 @@ def test_memmap_on_an_accelerator_or_unknown_storage_is_refused():
         MaskableRolloutBuffer(2, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu", storage="disk")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("row_bytes", [0, 1 << 30])
-def test_minibatches_are_identical_whichever_gather_path_is_taken(monkeypatch, row_bytes):
+@pytest.mark.parametrize("leaf_bytes", [0, 1 << 40])
+def test_minibatches_are_identical_whichever_gather_path_is_taken(monkeypatch, leaf_bytes):
     import torchrl_mask.buffers as buffers
 
-    monkeypatch.setattr(buffers, "PER_MINIBATCH_ROW_BYTES", row_bytes)
+    monkeypatch.setattr(buffers, "PER_EPOCH_LEAF_BYTES", leaf_bytes)
     ref, ours = make_pair(OBS_SPACES["dict"], ACTION_SPACES["multibinary"], buffer_size=7, n_envs=3)
     fill_pair(ref, ours, seed=1)
     assert_same_epochs(ref, ours, batch_size=4, seed=2)

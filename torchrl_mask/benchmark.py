@@ -214,6 +214,10 @@ def time_workload(workload: Workload, rounds: int, device: str, seed: int = 0) -
 def _peak_memory_child(library: str, workload_name: str, device: str) -> int:
     """In a fresh process: bytes of peak memory of one iteration above the memory before the buffer."""
     workload = WORKLOADS[workload_name]
+    # Page in the code paths first (libtorch's kernels count in the resident set once touched), with a tiny
+    # rollout of the same spaces, so that the baseline holds the code and the peak above it is data alone.
+    tiny = dataclasses.replace(workload, n_steps=4, batch_size=8)
+    run_iteration(_make_buffer(library, tiny, device), tiny, _make_inputs(tiny, seed=1), device)
     inputs = _make_inputs(workload, seed=0)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
