@@ -569,16 +569,19 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         columns: list[tuple[torch.Tensor, ...] | None] = []
         for tensor in flat:
             if tensor.numel() * tensor.element_size() <= PER_EPOCH_LEAF_BYTES or batch_size >= total:
-                columns.append(tensor.index_select(0, index).split(batch_size))
+                shuffled = tensor.index_select(0, index)
+                columns.append((_float_masks(shuffled) if tensor is flat[-1] else shuffled).split(batch_size))
             else:
                 columns.append(None)
+        masks_per_minibatch = columns[-1] is None
         n_obs = len(self._obs_leaves)
         for i, chunk in enumerate(chunks):
             rows = [
                 column[i] if column is not None else tensor.index_select(0, chunk)
                 for tensor, column in zip(flat, columns, strict=True)
             ]
-            rows[-1] = _float_masks(rows[-1])  # per minibatch: float32 masks take 4x the bytes of bool ones
+            if masks_per_minibatch:
+                rows[-1] = _float_masks(rows[-1])
             yield self._samples_type(self._pack_observations(rows[:n_obs]), *rows[n_obs:])
 
     def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> Any:
