@@ -36,10 +36,11 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import copy
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from multiprocessing.process import BaseProcess
 from typing import Any, Literal, SupportsFloat, TypeVar
 
 import gymnasium as gym
@@ -79,6 +80,9 @@ EPISODE_REWARD = ("next", "episode_reward")
 STEP_COUNT = ("next", "step_count")
 
 _Model = TypeVar("_Model")
+_T = TypeVar("_T")
+_POLL_SECONDS = 0.2
+_SHUTDOWN_SECONDS = 10.0
 
 
 # ------------------------------------------------------------------------------------------ masked envs
@@ -425,7 +429,7 @@ def learn_from_collector(
         iteration = 0
         while algo.num_timesteps < total:
             sb3_callback.on_rollout_start()
-            batch = _next_batch(batches, collector)
+            batch = _guarded(lambda: next(batches), collector, "collecting a batch")
             if batch.ndim == 1:
                 batch = batch.unsqueeze(0)
             if episode_starts is None:
@@ -446,33 +450,93 @@ def learn_from_collector(
             if log_interval is not None and iteration % log_interval == 0:
                 algo.dump_logs(iteration)
             algo.train()
-            collector.update_policy_weights_()
+            _guarded(collector.update_policy_weights_, collector, "sending the new weights")
         sb3_callback.on_training_end()
     finally:
         if shutdown:
-            collector.shutdown()
+            _shutdown(collector)
     return model
 
 
-def _next_batch(batches: Any, collector: BaseCollector) -> TensorDictBase:
-    """The collector's next batch; a failure in collection becomes :class:`CollectorFailed`."""
-    start = time.monotonic()
-    try:
-        return next(batches)
-    except StopIteration:
+def _worker_processes(collector: BaseCollector) -> list[BaseProcess]:
+    """The local worker processes of a collector: those of the multi-process collectors, and the jobs of a
+    distributed collector launched with ``launcher="mp"``; none for ``Collector`` or remote workers."""
+    procs = getattr(collector, "procs", None) or getattr(collector, "jobs", None) or []
+    return [proc for proc in procs if isinstance(proc, BaseProcess)]
+
+
+def _guarded(call: Callable[[], _T], collector: BaseCollector, what: str) -> _T:
+    """Run ``call`` (which talks to the collector's workers) and fail fast if a worker dies meanwhile.
+
+    TorchRL waits on a dead worker in some places without a timeout (a weight update waits for every
+    worker's acknowledgement); the call runs in a daemon thread while this one watches the worker processes.
+    Any failure shuts the collector down and is raised as :class:`CollectorFailed`.
+    """
+    procs = _worker_processes(collector)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as error:  # handed to the caller below
+            outcome["error"] = error
+
+    started = time.monotonic()
+    if not procs:  # nothing to watch: run it here
+        run()
+        thread = None
+    else:
+        thread = threading.Thread(target=run, name="torchrl_mask-collector", daemon=True)
+        thread.start()
+    while thread is not None and thread.is_alive():
+        thread.join(_POLL_SECONDS)
+        dead = [_death(i, proc) for i, proc in enumerate(procs) if proc.exitcode is not None]
+        if dead and thread.is_alive():
+            _shutdown(collector)
+            raise CollectorFailed(
+                f"{type(collector).__name__} lost a worker process while {what} "
+                f"({time.monotonic() - started:.1f} s in): {'; '.join(dead)}. "
+                "The collector has been shut down and its other workers stopped."
+            )
+    error = outcome.get("error")
+    if error is None:
+        return outcome["value"]
+    if isinstance(error, StopIteration):
         raise CollectorFailed(
             "The collector stopped before total_timesteps were collected: create it with total_frames=-1 "
             "(or at least total_timesteps)."
         ) from None
-    except (RuntimeError, EOFError, BrokenPipeError, ConnectionError, OSError) as error:
-        waited = time.monotonic() - start
-        with contextlib.suppress(Exception):  # the collector is already broken; its own error is the one to report
-            collector.shutdown()
+    _shutdown(collector)
+    if isinstance(error, Exception):
         raise CollectorFailed(
-            f"Data collection failed after {waited:.1f} s waiting for a batch from {type(collector).__name__}: "
-            f"{error}. A worker process died or its env raised (the env's traceback, if any, is above or in the "
-            "cause). The collector has been shut down."
+            f"Data collection failed while {what} from {type(collector).__name__}: "
+            f"{type(error).__name__}: {error}. The collector has been shut down."
         ) from error
+    raise error
+
+
+def _death(index: int, proc: BaseProcess) -> str:
+    code = proc.exitcode
+    if code is not None and code < 0:
+        return f"worker {index} (pid {proc.pid}) was killed by signal {-code}"
+    return (
+        f"worker {index} (pid {proc.pid}) exited with code {code}: its env or policy raised "
+        "(the worker printed the traceback above)"
+    )
+
+
+def _shutdown(collector: BaseCollector, timeout: float = _SHUTDOWN_SECONDS) -> None:
+    """Shut the collector down; worker processes still alive ``timeout`` seconds later are terminated."""
+    thread = threading.Thread(target=collector.shutdown, name="torchrl_mask-shutdown", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    for proc in _worker_processes(collector):
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(2.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(2.0)
 
 
 def _buffer_for(algo: Any, n_envs: int, steps: int) -> MaskableRolloutBuffer:
