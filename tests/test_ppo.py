@@ -9,6 +9,8 @@ inside every rollout. ``action_masks()`` reaches through the wrappers as sb3-con
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -221,6 +223,7 @@ def test_learns_the_same_parameters_as_sb3_contrib(action: str, observation: str
 
     expected = torchrl_mask.MaskableDictRolloutBuffer if observation == "dict" else torchrl_mask.MaskableRolloutBuffer
     assert type(ours.rollout_buffer) is expected
+    assert tuple(ours.rollout_buffer.tensordict.batch_size) == (n_envs, 16), "the rollout lives in the TensorDict"
     assert ours.rollout_buffer.episode_starts[1:].any(), "no episode ended inside the rollout"
     assert_trained(ours, initial)
     assert_same_parameters(parameters(ref), parameters(ours))
@@ -244,6 +247,19 @@ def test_sb3_contrib_maskable_ppo_with_our_buffer_learns_the_same_parameters(
     assert type(hosted) is SB3ContribMaskablePPO
     assert type(hosted.rollout_buffer) is buffer_class
     assert_same_parameters(parameters(ref), parameters(hosted))
+
+
+def test_a_memmap_backed_rollout_learns_the_same_parameters(tmp_path: Path) -> None:
+    ref = train(SB3ContribMaskablePPO, make_venv("multidiscrete", "dict", 2), "MultiInputPolicy")
+    ours = train(
+        MaskablePPO,
+        make_venv("multidiscrete", "dict", 2),
+        "MultiInputPolicy",
+        rollout_buffer_kwargs={"storage": "memmap", "memmap_dir": str(tmp_path)},
+    )
+    assert ours.rollout_buffer.tensordict.is_memmap()
+    assert any(tmp_path.iterdir()), "the rollout was not written to files"
+    assert_same_parameters(parameters(ref), parameters(ours))
 
 
 def test_cnn_policy_on_image_observations_learns_the_same_parameters_as_sb3_contrib() -> None:
@@ -333,9 +349,29 @@ def test_a_model_saved_by_one_library_loads_in_the_other_with_identical_paramete
         loaded.predict(obs, action_masks=masks, deterministic=True)[0],
         saved.predict(obs, action_masks=masks, deterministic=True)[0],
     )
-    if loader == "torchrl_mask":  # sb3-contrib's saved buffer class is replaced by ours
-        assert type(loaded.rollout_buffer) is torchrl_mask.MaskableDictRolloutBuffer
+    # Each library then rolls out into its own buffer: the save names no buffer class.
+    expected = {"torchrl_mask": torchrl_mask, "sb3-contrib": sb3c_buffers}[loader].MaskableDictRolloutBuffer
+    assert type(loaded.rollout_buffer) is expected
     loaded.learn(32)  # and training goes on
+
+
+def test_sb3_contrib_loads_our_saved_model_where_torchrl_mask_is_not_installed(tmp_path: Path) -> None:
+    model = train(MaskablePPO, make_venv("discrete", "dict", 1), "MultiInputPolicy", iterations=1)
+    model.save(tmp_path / "model.zip")
+    torch.save(parameters(model), tmp_path / "expected.pt")
+    script = f"""
+import sys
+sys.modules["torchrl_mask"] = None  # import torchrl_mask now fails, as where it is not installed
+import torch
+from sb3_contrib import MaskablePPO
+loaded = MaskablePPO.load({str(tmp_path / "model.zip")!r}, device="cpu")
+expected = torch.load({str(tmp_path / "expected.pt")!r})
+assert all(torch.equal(value, expected[key]) for key, value in loaded.policy.state_dict().items())
+print(type(loaded.rollout_buffer).__module__)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "sb3_contrib.common.maskable.buffers"
 
 
 def test_a_loaded_model_keeps_learning_the_same_parameters_in_either_library(tmp_path: Path) -> None:
@@ -454,6 +490,7 @@ def test_picks_the_tensordict_buffer_for_the_observation_space(
         rollout_buffer_kwargs={"check_masks": False},
     )
     assert type(model.rollout_buffer) is expected
+    assert model.rollout_buffer_class is rollout_buffer_class, "the attribute keeps the value given"
     assert model.rollout_buffer.check_masks is False, "rollout_buffer_kwargs reach the buffer"
 
 

@@ -38,16 +38,17 @@ class MaskablePPO(_SB3ContribMaskablePPO):
     with ``rollout_buffer_class`` None (or sb3-contrib's own buffer, as a model saved by sb3-contrib
     carries), the rollout buffer is :class:`~torchrl_mask.MaskableDictRolloutBuffer` for Dict observation
     spaces and :class:`~torchrl_mask.MaskableRolloutBuffer` otherwise; ``rollout_buffer_kwargs`` reach it
-    (e.g. ``{"storage": "memmap"}``).
+    (e.g. ``{"storage": "memmap"}``). ``rollout_buffer_class`` keeps the value given, so that a saved model
+    loads in sb3-contrib (with sb3-contrib's buffers) even where torchrl_mask is not installed.
     """
 
     def _setup_model(self) -> None:
         # sb3-contrib's hook: it honours rollout_buffer_class, so choosing ours is all this class does.
-        if self.rollout_buffer_class in (
-            None,
-            sb3c_buffers.MaskableRolloutBuffer,
-            sb3c_buffers.MaskableDictRolloutBuffer,
-        ):
+        requested = self.rollout_buffer_class
+        if requested in (None, sb3c_buffers.MaskableRolloutBuffer, sb3c_buffers.MaskableDictRolloutBuffer):
             dict_obs = isinstance(self.observation_space, spaces.Dict)
             self.rollout_buffer_class = MaskableDictRolloutBuffer if dict_obs else MaskableRolloutBuffer
         super()._setup_model()
+        # Keep what was asked for: save() pickles this attribute, and a save that names no torchrl_mask class
+        # loads in sb3-contrib where torchrl_mask is not installed.
+        self.rollout_buffer_class = requested
