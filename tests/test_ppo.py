@@ -195,12 +195,6 @@ def assert_trained(model: SB3ContribMaskablePPO, initial: dict[str, torch.Tensor
     assert "action_net.weight" in moved and any("value_net" in key for key in moved), moved
 
 
-def initial_parameters(algorithm: type[SB3ContribMaskablePPO], env: VecEnv, policy: str, **kwargs: Any) -> dict:
-    settings: dict[str, Any] = {"n_steps": 16, "batch_size": 8, "seed": 7, "policy_kwargs": TINY_MLP, "device": "cpu"}
-    settings.update(kwargs)
-    return parameters(algorithm(policy, env, **settings))
-
-
 # ------------------------------------------------------------------------------------------------- parity
 
 
@@ -217,7 +211,7 @@ def initial_parameters(algorithm: type[SB3ContribMaskablePPO], env: VecEnv, poli
 )
 def test_learns_the_same_parameters_as_sb3_contrib(action: str, observation: str, n_envs: int) -> None:
     policy = policy_for(observation)
-    initial = initial_parameters(MaskablePPO, make_venv(action, observation, n_envs), policy)
+    initial = parameters(train(MaskablePPO, make_venv(action, observation, n_envs), policy, iterations=0))
     ref = train(SB3ContribMaskablePPO, make_venv(action, observation, n_envs), policy)
     ours = train(MaskablePPO, make_venv(action, observation, n_envs), policy)
 
