@@ -97,8 +97,8 @@ class ActionMaskInInfo(gym.Wrapper):
     - ``"info"``: ``info[key]`` at reset and step (gymnasium's Taxi);
     - ``"observation"``: the ``key`` entry of a Dict observation (PettingZoo's convention), which is taken out of
       the observation and its space;
-    - ``"auto"``: ``"method"`` if the env has ``action_masks``, else ``"observation"`` if the Dict observation
-      space has ``key``, else ``"info"``.
+    - ``"auto"``: ``"observation"`` if the Dict observation space has ``key`` (it must leave the observation
+      either way), else ``"method"`` if the env has ``action_masks``, else ``"info"``.
 
     :param env: a gymnasium env with a Discrete, MultiDiscrete or 1-D MultiBinary action space.
     :param source: where the mask is, see above.
@@ -113,7 +113,7 @@ class ActionMaskInInfo(gym.Wrapper):
         obs_space = env.observation_space
         has_obs_entry = isinstance(obs_space, spaces.Dict) and key in obs_space.spaces
         if source == "auto":
-            source = "method" if env.has_wrapper_attr("action_masks") else "observation" if has_obs_entry else "info"
+            source = "observation" if has_obs_entry else "method" if env.has_wrapper_attr("action_masks") else "info"
         if source not in ("method", "info", "observation"):
             raise ValueError(f"source={source!r} is not a mask source: use 'auto', 'method', 'info' or 'observation'.")
         if source == "observation":
@@ -405,7 +405,8 @@ def learn_from_collector(
     :param tb_log_name: name of the TensorBoard run.
     :param reset_num_timesteps: start ``num_timesteps`` from 0 (else continue the count).
     :param progress_bar: SB3's progress bar (tqdm and rich).
-    :param observation_keys: the batch key of each observation leaf, as for :class:`MaskablePolicyModule`.
+    :param observation_keys: the batch key of each observation leaf, as for :class:`MaskablePolicyModule`;
+        None takes them from the collector's :class:`MaskablePolicyModule` (else the default keys).
     :param reward_key: where the reward is in the batch, ``(*B, 1)``.
     :param shutdown: shut the collector down when done.
     :return: the model.
@@ -418,6 +419,9 @@ def learn_from_collector(
             f"learn_from_collector needs torchrl_mask's rollout buffer (it has extend()); the model has "
             f"{type(algo.rollout_buffer).__name__}. Use torchrl_mask.MaskablePPO."
         )
+    if observation_keys is None:
+        shipped = getattr(collector, "policy", None)
+        observation_keys = shipped.observation_keys if isinstance(shipped, MaskablePolicyModule) else None
     module = MaskablePolicyModule(algo.policy, observation_keys=observation_keys)
     try:
         total, sb3_callback = algo._setup_learn(
