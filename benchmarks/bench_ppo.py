@@ -6,7 +6,7 @@ split into rollout collection (``collect_rollouts``) and the rest (mostly ``trai
 torchrl_mask / sb3-contrib (below 1 means torchrl_mask is faster). The two runs of a round use one seed, so they
 learn the same parameters; the benchmark checks that too, so it never times two different computations.
 
-Run: ``python benchmarks/bench_ppo.py`` (about a minute); ``--help`` for the knobs.
+Run: ``python benchmarks/bench_ppo.py`` (about two minutes); ``--help`` for the knobs.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def time_learn(name: str, args: argparse.Namespace) -> tuple[float, float, float
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per library (after one warm-up)")
+    parser.add_argument("--rounds", type=int, default=7, help="timed rounds per library (after one warm-up)")
     parser.add_argument("--timesteps", type=int, default=4096, help="total_timesteps of each learn call")
     parser.add_argument("--n-envs", type=int, default=4)
     parser.add_argument("--n-steps", type=int, default=256)
