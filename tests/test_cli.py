@@ -29,6 +29,7 @@ BAD_INPUT = {
     "zero_steps": (["train", "--steps", "0"], "argument --steps: expected a positive integer, got '0'"),
     "non_numeric_n_envs": (["train", "--n-envs", "two"], "argument --n-envs: expected a positive integer"),
     "unknown_device": (["train", "--device", "banana"], "use cpu, cuda, cuda:0, mps or auto"),
+    "unknown_collector": (["train", "--collector", "ray"], "argument --collector: invalid choice: 'ray'"),
     "unknown_option": (["train", "--bogus"], "unrecognized arguments: --bogus; see `torchrl-mask train --help`"),
     "output_is_a_file": (["train", "--out", "pyproject.toml"], "--out pyproject.toml is a file; pass a folder"),
 }
@@ -122,6 +123,7 @@ def test_bad_input_prints_one_line_with_the_fix_and_exits_2(
     assert run.stdout == ""
 
 
+@pytest.mark.slow
 def test_train_shows_progress_and_evaluation(taxi_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
     run, out = taxi_run
     assert run.returncode == 0, run.stderr
@@ -132,6 +134,7 @@ def test_train_shows_progress_and_evaluation(taxi_run: tuple[subprocess.Complete
     assert f"Saved to {out}/" in run.stdout
 
 
+@pytest.mark.slow
 def test_train_writes_a_learning_curve_png_worth_looking_at(
     taxi_run: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
@@ -150,6 +153,7 @@ def test_train_writes_a_learning_curve_png_worth_looking_at(
     assert len(colors) > 50
 
 
+@pytest.mark.slow
 def test_train_saves_a_model_both_libraries_load_and_an_evaluation_record(
     taxi_run: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
@@ -169,6 +173,7 @@ def test_train_saves_a_model_both_libraries_load_and_an_evaluation_record(
         assert int(action) in (1, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("env_id", "source"),
     [("cli_envs:MethodMask-v0", "its action_masks()"), ("cli_envs:DictMask-v0", "observation['action_mask']")],
@@ -183,11 +188,23 @@ def test_train_reads_masks_from_a_method_or_a_dict_observation(env_id: str, sour
     assert set(record["evaluation"]) == {"masked", "unmasked", "random"}
 
 
+@pytest.mark.slow
+def test_train_from_a_multiprocess_torchrl_collector(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    run = run_cli("train", "--collector", "multisync", *TINY, "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    assert "2 envs (TorchRL MultiSyncCollector, one worker process each)" in run.stdout
+    assert sorted(path.name for path in (out / "monitor").iterdir()) == ["0.monitor.csv", "1.monitor.csv"]
+    assert json.loads((out / "evaluation.json").read_text())["config"]["collector"] == "multisync"
+    with Image.open(out / "learning_curve.png") as image:
+        assert image.size[0] >= 800
+
+
 def test_console_script_and_module_both_show_help() -> None:
     script = Path(sys.executable).with_name("torchrl-mask")
     run = subprocess.run([script, "train", "--help"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    for option in ("--env", "--steps", "--seed", "--n-envs", "--device", "--out"):
+    for option in ("--env", "--steps", "--seed", "--n-envs", "--device", "--out", "--collector"):
         assert option in run.stdout
 
 

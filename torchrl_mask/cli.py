@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import csv
 import importlib
 import json
 import re
@@ -36,6 +37,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -45,10 +47,13 @@ import torch
 from gymnasium import spaces
 from sb3_contrib.common.maskable.evaluation import evaluate_policy
 from sb3_contrib.common.wrappers import ActionMasker
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+from torchrl.collectors import BaseCollector, Collector, MultiSyncCollector
+from torchrl.envs import SerialEnv, TransformedEnv
 
+from torchrl_mask.collectors import ActionMaskInInfo, MaskablePolicyModule, learn_from_collector, masked_gym_env
 from torchrl_mask.masks import mask_spec
 from torchrl_mask.ppo import MaskablePPO
 
@@ -65,6 +70,15 @@ __all__ = [
 
 MaskSource = Literal["method", "info", "observation"]
 MASK_KEY = "action_mask"
+MASK_SOURCE_TEXT = {
+    "method": "its action_masks()",
+    "info": "info['action_mask']",
+    "observation": "observation['action_mask']",
+}
+COLLECTOR_TEXT = {
+    "sync": "TorchRL Collector over a SerialEnv",
+    "multisync": "TorchRL MultiSyncCollector, one worker process each",
+}
 EXIT_USAGE = 2
 
 
@@ -95,6 +109,10 @@ class TrainConfig:
     :param progress_bar: show SB3's progress bar while training.
     :param threads: torch CPU threads (``torch.set_num_threads``); one is fastest for small networks, and far
         faster than several when other processes share the cores.
+    :param collector: None steps the envs with SB3's ``DummyVecEnv`` in ``learn``; ``"sync"`` collects with
+        TorchRL's ``Collector`` over a ``SerialEnv`` in this process, ``"multisync"`` with TorchRL's
+        ``MultiSyncCollector``, one worker process per env, both through
+        :func:`~torchrl_mask.collectors.learn_from_collector`.
     """
 
     env_id: str = "Taxi-v4"
@@ -112,6 +130,7 @@ class TrainConfig:
     net_arch: tuple[int, ...] = (64, 64)
     progress_bar: bool = True
     threads: int = 1
+    collector: Literal["sync", "multisync"] | None = None
 
     def output_dir(self) -> Path:
         """The output folder: :attr:`out`, or ``runs/<env_id>-<date>-<time>`` (env id made file-safe)."""
@@ -138,23 +157,19 @@ class TrainResult:
 
 
 class InfoActionMasker(ActionMasker):
-    """sb3-contrib's :class:`~sb3_contrib.common.wrappers.ActionMasker` for envs that report their mask.
+    """sb3-contrib's :class:`~sb3_contrib.common.wrappers.ActionMasker` for an env that reports its mask in ``info``.
 
-    gymnasium's convention (``Taxi-v4``, ``CliffWalking``...) puts the mask of the next state in
-    ``info["action_mask"]`` after ``reset`` and ``step``; some envs put it in a Dict observation instead. This
-    wrapper keeps the last one and serves it through ``action_masks()``, which MaskablePPO calls each step.
+    gymnasium's convention (``Taxi-v4``, ``CliffWalking``...) puts the mask of the new state in
+    ``info["action_mask"]`` after ``reset`` and ``step``. This wrapper keeps the last one and serves it through
+    ``action_masks()``, which MaskablePPO calls each step. :func:`make_masked_env` puts
+    :class:`~torchrl_mask.collectors.ActionMaskInInfo` beneath it, which brings the other conventions (an
+    ``action_masks()`` method, an entry of a Dict observation) into ``info``, as the collectors see them.
 
-    :param env: the env to wrap.
-    :param source: ``"info"`` to read ``info["action_mask"]``, ``"observation"`` to read
-        ``observation["action_mask"]``.
-    :raises ValueError: ``source`` is neither.
+    :param env: the env to wrap; its ``info`` must hold ``"action_mask"`` after every ``reset`` and ``step``.
     """
 
-    def __init__(self, env: gym.Env, source: Literal["info", "observation"] = "info") -> None:
-        if source not in ("info", "observation"):
-            raise ValueError(f"source must be 'info' or 'observation', got {source!r}.")
+    def __init__(self, env: gym.Env) -> None:
         super().__init__(env, self._last_mask)
-        self.source = source
         self._mask: np.ndarray | None = None
 
     def _last_mask(self, env: gym.Env) -> np.ndarray:
@@ -162,23 +177,22 @@ class InfoActionMasker(ActionMasker):
             raise RuntimeError("action_masks() was called before reset(); reset the env first.")
         return self._mask
 
-    def _record(self, obs: Any, info: dict[str, Any]) -> None:
-        holder = info if self.source == "info" else obs
-        if MASK_KEY not in holder:
+    def _record(self, info: dict[str, Any]) -> None:
+        if MASK_KEY not in info:
             raise KeyError(
-                f"{self.env.spec.id if self.env.spec else self.env}: {self.source} has no {MASK_KEY!r} entry "
-                "on this step, but it had one after reset; the env must report its mask on every step."
+                f"{self.env.spec.id if self.env.spec else self.env}: info has no {MASK_KEY!r} entry on this step; "
+                "the env must report its mask after every reset and step."
             )
-        self._mask = np.asarray(holder[MASK_KEY]).astype(bool)
+        self._mask = np.asarray(info[MASK_KEY]).astype(bool)
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(**kwargs)
-        self._record(obs, info)
+        self._record(info)
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self._record(obs, info)
+        self._record(info)
         return obs, reward, terminated, truncated, info
 
 
@@ -240,35 +254,61 @@ def mask_source(env: gym.Env) -> MaskSource:
     )
 
 
-def make_masked_env(env_id: str) -> gym.Env:
-    """Make a gymnasium env whose masks MaskablePPO can read through ``action_masks()``.
+def make_masked_env(env_id: str) -> InfoActionMasker:
+    """Make a gymnasium env whose masks MaskablePPO reads through ``action_masks()``, whatever the convention.
 
-    :param env_id: a registered gymnasium id.
-    :return: the env, wrapped in :class:`InfoActionMasker` when its mask comes in ``info`` or in the
-        observation; as made when it has ``action_masks()`` itself.
+    The env is wrapped in :class:`~torchrl_mask.collectors.ActionMaskInInfo` (the mask, wherever the env keeps
+    it, goes to ``info["action_mask"]``; an entry of a Dict observation leaves the observation) and
+    :class:`InfoActionMasker`: the observation space is the one :func:`~torchrl_mask.collectors.masked_gym_env`
+    gives TorchRL's collectors.
+
+    :param env_id: a registered gymnasium id (``module:Id`` imports ``module`` first).
+    :return: the wrapped env.
     :raises UsageError: unknown id, a space that cannot be masked, or no mask.
     """
     env = _make_user_env(env_id)
     try:
-        source = mask_source(env)
+        mask_source(env)
     except UsageError:
         env.close()
         raise
-    return env if source == "method" else InfoActionMasker(env, source)
+    return InfoActionMasker(ActionMaskInInfo(env))
 
 
-class _EpisodeReturns(BaseCallback):
-    """Records ``(timestep, episode return)`` from the ``info["episode"]`` SB3's Monitor adds at episode end."""
+def _collector_env(env_id: str, monitor_file: str) -> TransformedEnv:
+    """One env of a TorchRL collector: SB3's ``Monitor`` (for the learning curve) under the masked TorchRL env."""
+    return masked_gym_env(Monitor(_make_env(env_id), filename=monitor_file))
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.curve: list[tuple[int, float]] = []
 
-    def _on_step(self) -> bool:
-        for info in self.locals["infos"]:
-            if "episode" in info:
-                self.curve.append((self.num_timesteps, float(info["episode"]["r"])))
-        return True
+def _make_collector(config: TrainConfig, model: MaskablePPO, monitor_dir: Path) -> BaseCollector:
+    """``sync``: the envs step in this process (``SerialEnv``); ``multisync``: one worker process per env."""
+    makers = [partial(_collector_env, config.env_id, str(monitor_dir / str(rank))) for rank in range(config.n_envs)]
+    policy = MaskablePolicyModule(model.policy)
+    frames = config.n_envs * config.n_steps
+    collector: BaseCollector
+    if config.collector == "multisync":
+        collector = MultiSyncCollector(
+            makers, policy, frames_per_batch=frames, total_frames=-1, num_threads=config.threads
+        )
+    else:
+        collector = Collector(SerialEnv(config.n_envs, makers), policy, frames_per_batch=frames, total_frames=-1)
+    collector.set_seed(config.seed)
+    return collector
+
+
+def _monitor_curve(monitor_dir: Path) -> list[tuple[int, float]]:
+    """``(timestep, return)`` of every episode in SB3's Monitor files, read as SB3's ``results_plotter`` reads them.
+
+    Episodes of all envs are ordered by the time they ended; the timestep is the running sum of their lengths.
+    """
+    rows: list[tuple[float, int, float]] = []
+    for path in sorted(monitor_dir.glob("*.monitor.csv")):
+        with path.open() as file:
+            t_start = float(json.loads(file.readline().lstrip("#"))["t_start"])
+            rows += [(t_start + float(row["t"]), int(row["l"]), float(row["r"])) for row in csv.DictReader(file)]
+    rows.sort()
+    steps = np.cumsum([length for _, length, _ in rows])
+    return [(int(step), ret) for step, (_, _, ret) in zip(steps, rows, strict=True)]
 
 
 class _RandomLegalPolicy:
@@ -385,12 +425,22 @@ def train(config: TrainConfig) -> TrainResult:
     torch.set_num_threads(config.threads)
     out.mkdir(parents=True, exist_ok=True)
 
-    env: VecEnv = make_vec_env(
-        make_masked_env, n_envs=config.n_envs, seed=config.seed, env_kwargs={"env_id": config.env_id}
-    )
-    dict_obs = isinstance(env.observation_space, spaces.Dict)
+    monitor_dir = out / "monitor"
+    monitor_dir.mkdir(exist_ok=True)
+    for stale in monitor_dir.glob("*.monitor.csv"):  # a rerun into the same folder starts a new curve
+        stale.unlink()
+    if config.collector is None:
+        env: VecEnv = make_vec_env(
+            make_masked_env,
+            n_envs=config.n_envs,
+            seed=config.seed,
+            env_kwargs={"env_id": config.env_id},
+            monitor_dir=str(monitor_dir),
+        )
+    else:  # never stepped: it gives the spaces and the env count (SB3's progress bar counts by it)
+        env = DummyVecEnv([partial(make_masked_env, config.env_id)] * config.n_envs)
     model = MaskablePPO(
-        "MultiInputPolicy" if dict_obs else "MlpPolicy",
+        "MultiInputPolicy" if isinstance(env.observation_space, spaces.Dict) else "MlpPolicy",
         env,
         n_steps=config.n_steps,
         batch_size=config.batch_size or max(1, config.n_steps * config.n_envs // 4),
@@ -402,18 +452,22 @@ def train(config: TrainConfig) -> TrainResult:
         device=device,
         verbose=0,
     )
-    episodes = _EpisodeReturns()
-    model.learn(config.steps, callback=episodes, progress_bar=config.progress_bar)
+    if config.collector is None:
+        model.learn(config.steps, progress_bar=config.progress_bar)
+    else:
+        collector = _make_collector(config, model, monitor_dir)
+        learn_from_collector(model, collector, config.steps, progress_bar=config.progress_bar)
     env.close()
+    curve = _monitor_curve(monitor_dir)
 
     evaluation = _evaluate(model, config.env_id, config)
     model.save(out / "model.zip")
-    _plot(episodes.curve, evaluation, config, out / "learning_curve.png")
-    lines = ["timestep,episode_return", *(f"{step},{ret:g}" for step, ret in episodes.curve)]
+    _plot(curve, evaluation, config, out / "learning_curve.png")
+    lines = ["timestep,episode_return", *(f"{step},{ret:g}" for step, ret in curve)]
     (out / "learning_curve.csv").write_text("\n".join(lines) + "\n")
     record = {"config": {**asdict(config), "out": str(out)}, "evaluation": evaluation}
     (out / "evaluation.json").write_text(json.dumps(record, indent=2) + "\n")
-    return TrainResult(model=model, out=out, evaluation=evaluation, curve=episodes.curve)
+    return TrainResult(model=model, out=out, evaluation=evaluation, curve=curve)
 
 
 def _one_line(err: BaseException) -> str:
@@ -488,6 +542,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.threads,
         help="torch CPU threads (1 is fastest for small nets)",
     )
+    train_parser.add_argument(
+        "--collector",
+        choices=sorted(COLLECTOR_TEXT),
+        default=None,
+        help="collect rollouts with TorchRL instead of SB3's VecEnv: sync (envs in this process) or multisync "
+        "(one worker process per env)",
+    )
     train_parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     commands.add_parser(
         "bench",
@@ -509,6 +570,7 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         n_steps=args.n_steps,
         progress_bar=not args.no_progress,
         threads=args.threads,
+        collector=args.collector,
     )
 
 
@@ -529,11 +591,12 @@ def _run_train(args: argparse.Namespace) -> int:
     config = replace(config, out=_check_out(config.output_dir()))
     _check_device(config.device)
     env = make_masked_env(config.env_id)
-    source = "its action_masks()" if not isinstance(env, InfoActionMasker) else f"{env.source}['{MASK_KEY}']"
+    source = MASK_SOURCE_TEXT[env.get_wrapper_attr("source")]
     env.close()
+    rollouts = "SB3's DummyVecEnv" if config.collector is None else COLLECTOR_TEXT[config.collector]
     print(
         f"Training MaskablePPO on {config.env_id} (masks from {source}) for {config.steps:,} steps: "
-        f"{config.n_envs} envs, seed {config.seed}, device {config.device}."
+        f"{config.n_envs} envs ({rollouts}), seed {config.seed}, device {config.device}."
     )
     result = train(config)
     _report(config, result)
