@@ -83,7 +83,7 @@ def make_gym_env(step_cost: float) -> BusyMaskedEnv:
 
 def make_torchrl_env(step_cost: float) -> Any:
     torch.set_num_threads(1)
-    return masked_gym_env(BusyMaskedEnv(step_cost))
+    return masked_gym_env(BusyMaskedEnv(step_cost), episode_stats=False)  # SubprocVecEnv has no Monitor either
 
 
 class _EnvFn:

@@ -3,12 +3,14 @@
 sb3-contrib steps its envs in lockstep with the learner and fetches each step's masks with an extra
 ``env_method("action_masks")`` round trip. Here TorchRL's collectors run the envs *and* a copy of the policy in
 worker processes (or on other machines), deliver the mask in each step's TensorDict, and hand whole rollouts
-to the learner; MaskablePPO's policy, loss, callbacks and logger are sb3-contrib's own.
+to the learner (:func:`learn_from_collector`); MaskablePPO's policy, loss, callbacks and logger are
+sb3-contrib's own. A worker that dies or an env that raises ends in :class:`CollectorFailed` within seconds
+(:mod:`torchrl_mask.workers`).
 
 The flow::
 
     gymnasium env --masked_gym_env--> TorchRL env with "action_mask"
-        --Collector / MultiSyncCollector / DistributedSyncCollector (runs MaskablePolicyModule)--> batch
+        --Collector / MultiSyncCollector / DistributedCollector (runs MaskablePolicyModule)--> batch
         --MaskablePolicyModule.add_next_state_value--> batch with ("next", "state_value")
         --MaskableRolloutBuffer.extend--> rollout with GAE --model.train()--> new weights --> collector
 
@@ -25,7 +27,7 @@ Example:
     >>> import gymnasium as gym
     >>> from torchrl.collectors import Collector
     >>> from torchrl_mask import MaskablePPO
-    >>> from torchrl_mask.collectors import MaskablePolicyModule, learn_from_collector, masked_gym_env
+    >>> from torchrl_mask import MaskablePolicyModule, learn_from_collector, masked_gym_env
     >>> model = MaskablePPO("MlpPolicy", gym.make("Taxi-v4"), n_steps=32, batch_size=32, n_epochs=1)
     >>> collector = Collector(lambda: masked_gym_env(gym.make("Taxi-v4")), MaskablePolicyModule(model.policy),
     ...                       frames_per_batch=32)
@@ -37,10 +39,7 @@ Example:
 from __future__ import annotations
 
 import copy
-import threading
-import time
-from collections.abc import Callable, Sequence
-from multiprocessing.process import BaseProcess
+from collections.abc import Sequence
 from typing import Any, Literal, SupportsFloat, TypeVar
 
 import gymnasium as gym
@@ -64,12 +63,15 @@ from torchrl.envs.gym_like import default_info_dict_reader
 from torchrl_mask import storage as st
 from torchrl_mask.buffers import MaskableRolloutBuffer
 from torchrl_mask.masks import mask_spec
+from torchrl_mask.workers import CollectorFailed, guarded
+from torchrl_mask.workers import shutdown as shutdown_collector
 
 __all__ = [
     "ActionMaskInInfo",
     "CollectorFailed",
     "MaskSource",
     "MaskablePolicyModule",
+    "default_observation_keys",
     "learn_from_collector",
     "masked_gym_env",
 ]
@@ -80,9 +82,6 @@ EPISODE_REWARD = ("next", "episode_reward")
 STEP_COUNT = ("next", "step_count")
 
 _Model = TypeVar("_Model")
-_T = TypeVar("_T")
-_POLL_SECONDS = 0.2
-_SHUTDOWN_SECONDS = 10.0
 
 
 # ------------------------------------------------------------------------------------------ masked envs
@@ -167,12 +166,14 @@ def masked_gym_env(
     source: MaskSource = "auto",
     key: str = ACTION_MASK,
     device: torch.device | str | None = None,
+    episode_stats: bool = True,
 ) -> TransformedEnv:
     """A TorchRL env over a masked gymnasium env, with a bool ``"action_mask"`` in every step's TensorDict.
 
     The env is wrapped in :class:`ActionMaskInInfo` and TorchRL's ``GymWrapper`` (Discrete actions as indices),
-    and carries TorchRL's ``InitTracker`` (``"is_init"``), ``RewardSum`` (``"episode_reward"``) and
-    ``StepCounter`` (``"step_count"``), which :func:`learn_from_collector` logs as SB3's ``rollout/ep_*``.
+    and carries TorchRL's ``InitTracker`` (``"is_init"``) and, with ``episode_stats``, ``RewardSum``
+    (``"episode_reward"``) and ``StepCounter`` (``"step_count"``), which :func:`learn_from_collector` logs as
+    SB3's ``rollout/ep_rew_mean`` and ``rollout/ep_len_mean`` (as SB3's ``Monitor`` does).
     Observation keys are ``"observation"`` for a non-Dict space and the Dict's keys otherwise.
 
     Call it inside the function a collector runs in its workers: ``lambda: masked_gym_env(gym.make(...))``.
@@ -181,6 +182,7 @@ def masked_gym_env(
     :param source: where the env keeps its mask, see :class:`ActionMaskInInfo`.
     :param key: the mask's name in ``info`` or in the Dict observation.
     :param device: the TorchRL env's device; None leaves tensors on the CPU.
+    :param episode_stats: track each episode's return and length (two transforms, a little time per step).
     :return: the TorchRL env; ``"action_mask"`` has shape ``(mask_dims,)``, dtype ``torch.bool``.
     """
     masked = ActionMaskInInfo(env, source=source, key=key)
@@ -189,7 +191,8 @@ def masked_gym_env(
     wrapped.set_info_dict_reader(
         default_info_dict_reader([ACTION_MASK], spec=Composite({ACTION_MASK: Binary(n=size, dtype=torch.bool)}))
     )
-    return TransformedEnv(wrapped, Compose(InitTracker(), RewardSum(), StepCounter()))
+    stats = [RewardSum(), StepCounter()] if episode_stats else []
+    return TransformedEnv(wrapped, Compose(InitTracker(), *stats))
 
 
 # ----------------------------------------------------------------------------------------- the policy
@@ -370,13 +373,6 @@ class MaskablePolicyModule(TensorDictModule):
 # -------------------------------------------------------------------------------------------- learning
 
 
-class CollectorFailed(RuntimeError):
-    """Data collection failed (a worker process died, an env raised, a worker stopped answering).
-
-    The collector has been shut down and its worker processes are gone; the original error is the cause.
-    """
-
-
 def learn_from_collector(
     model: _Model,
     collector: BaseCollector,
@@ -426,6 +422,40 @@ def learn_from_collector(
     :return: the model.
     :raises CollectorFailed: collection failed; the collector is shut down.
     :raises TypeError: the model's rollout buffer is not a :class:`~torchrl_mask.MaskableRolloutBuffer`.
+
+    Worker processes on this machine (``MultiSyncCollector``; each worker runs its env and a policy copy):
+
+    .. code-block:: python
+
+        def make_env():  # runs in the worker
+            torch.set_num_threads(1)
+            return masked_gym_env(gym.make("Taxi-v4"))
+
+        model = MaskablePPO("MlpPolicy", gym.make("Taxi-v4"))
+        collector = MultiSyncCollector([make_env] * 2, MaskablePolicyModule(model.policy), frames_per_batch=2048)
+        learn_from_collector(model, collector, total_timesteps=100_000)  # n_steps = 2048 / 2 per env
+
+    Several machines (TorchRL's ``DistributedCollector`` over ``torch.distributed``): the learner runs this
+    script; each env factory runs as a worker job on the cluster, which connects back to the learner's host on
+    ``tcp_port`` (open it between the nodes). ``launcher="submitit"`` starts the workers as SLURM jobs; with
+    ``launcher="mp"`` they are local processes (what the tests run, on loopback).
+
+    .. code-block:: python
+
+        from torchrl.collectors.distributed import DistributedCollector
+
+        collector = DistributedCollector(
+            [make_env] * 8,  # 8 workers, one env each
+            MaskablePolicyModule(model.policy),
+            frames_per_batch=8 * 256,  # one batch: (8, 256)
+            total_frames=1 << 40,  # must divide by the workers; learn_from_collector stops at total_timesteps
+            sync=True,  # one batch from every worker per iteration: on-policy
+            backend="gloo",
+            launcher="submitit",
+            slurm_kwargs={"slurm_partition": "cpu", "slurm_cpus_per_task": 2, "timeout_min": 240},
+            tcp_port="10003",
+        )
+        learn_from_collector(model, collector, total_timesteps=10_000_000)
     """
     algo: Any = model
     if not isinstance(algo.rollout_buffer, MaskableRolloutBuffer):
@@ -447,7 +477,7 @@ def learn_from_collector(
         iteration = 0
         while algo.num_timesteps < total:
             sb3_callback.on_rollout_start()
-            batch = _guarded(lambda: next(batches), collector, "collecting a batch")
+            batch = guarded(lambda: next(batches), collector, "collecting a batch")
             if batch.ndim == 1:
                 batch = batch.unsqueeze(0)
             if episode_starts is None:
@@ -468,93 +498,12 @@ def learn_from_collector(
             if log_interval is not None and iteration % log_interval == 0:
                 algo.dump_logs(iteration)
             algo.train()
-            _guarded(collector.update_policy_weights_, collector, "sending the new weights")
+            guarded(collector.update_policy_weights_, collector, "sending the new weights")
         sb3_callback.on_training_end()
     finally:
         if shutdown:
-            _shutdown(collector)
+            shutdown_collector(collector)
     return model
-
-
-def _worker_processes(collector: BaseCollector) -> list[BaseProcess]:
-    """The local worker processes of a collector: those of the multi-process collectors, and the jobs of a
-    distributed collector launched with ``launcher="mp"``; none for ``Collector`` or remote workers."""
-    procs = getattr(collector, "procs", None) or getattr(collector, "jobs", None) or []
-    return [proc for proc in procs if isinstance(proc, BaseProcess)]
-
-
-def _guarded(call: Callable[[], _T], collector: BaseCollector, what: str) -> _T:
-    """Run ``call`` (which talks to the collector's workers) and fail fast if a worker dies meanwhile.
-
-    TorchRL waits on a dead worker in some places without a timeout (a weight update waits for every
-    worker's acknowledgement); the call runs in a daemon thread while this one watches the worker processes.
-    Any failure shuts the collector down and is raised as :class:`CollectorFailed`.
-    """
-    procs = _worker_processes(collector)
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["value"] = call()
-        except BaseException as error:  # handed to the caller below
-            outcome["error"] = error
-
-    started = time.monotonic()
-    if not procs:  # nothing to watch: run it here
-        run()
-        thread = None
-    else:
-        thread = threading.Thread(target=run, name="torchrl_mask-collector", daemon=True)
-        thread.start()
-    while thread is not None and thread.is_alive():
-        thread.join(_POLL_SECONDS)
-        dead = [_death(i, proc) for i, proc in enumerate(procs) if proc.exitcode is not None]
-        if dead and thread.is_alive():
-            _shutdown(collector)
-            raise CollectorFailed(
-                f"{type(collector).__name__} lost a worker process while {what} "
-                f"({time.monotonic() - started:.1f} s in): {'; '.join(dead)}. "
-                "The collector has been shut down and its other workers stopped."
-            )
-    error = outcome.get("error")
-    if error is None:
-        return outcome["value"]
-    if isinstance(error, StopIteration):
-        raise CollectorFailed(
-            "The collector stopped before total_timesteps were collected: create it with total_frames=-1 "
-            "(or at least total_timesteps)."
-        ) from None
-    _shutdown(collector)
-    if isinstance(error, Exception):
-        raise CollectorFailed(
-            f"Data collection failed while {what} from {type(collector).__name__}: "
-            f"{type(error).__name__}: {error}. The collector has been shut down."
-        ) from error
-    raise error
-
-
-def _death(index: int, proc: BaseProcess) -> str:
-    code = proc.exitcode
-    if code is not None and code < 0:
-        return f"worker {index} (pid {proc.pid}) was killed by signal {-code}"
-    return (
-        f"worker {index} (pid {proc.pid}) exited with code {code}: its env or policy raised "
-        "(the worker printed the traceback above)"
-    )
-
-
-def _shutdown(collector: BaseCollector, timeout: float = _SHUTDOWN_SECONDS) -> None:
-    """Shut the collector down; worker processes still alive ``timeout`` seconds later are terminated."""
-    thread = threading.Thread(target=collector.shutdown, name="torchrl_mask-shutdown", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    for proc in _worker_processes(collector):
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(2.0)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(2.0)
 
 
 def _buffer_for(algo: Any, n_envs: int, steps: int) -> MaskableRolloutBuffer:
