@@ -56,6 +56,7 @@ from tensordict.nn.probabilistic import interaction_type
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.collectors import BaseCollector
+from torchrl.collectors.distributed import DistributedSyncCollector
 from torchrl.data import Binary, Composite
 from torchrl.envs import Compose, GymWrapper, InitTracker, RewardSum, StepCounter, TransformedEnv
 from torchrl.envs.gym_like import default_info_dict_reader
@@ -406,9 +407,10 @@ def learn_from_collector(
     False. A failure in collection (a dead worker, an env that raised) is raised as :class:`CollectorFailed`.
 
     :param model: a :class:`torchrl_mask.MaskablePPO` (sb3-contrib's works too, with our buffer class).
-    :param collector: a TorchRL collector: ``Collector``, ``MultiSyncCollector``, ``MultiAsyncCollector``
-        (batches with mixed policy versions: off-policy by one update), or a ``torchrl.collectors.distributed``
-        collector.
+    :param collector: a TorchRL collector. On-policy (each batch collected with the weights just trained, as
+        the tests check): ``Collector``, ``MultiSyncCollector``, ``DistributedCollector(sync=True)``.
+        ``MultiAsyncCollector`` works but each batch is one worker's, gathered while the learner trained: it
+        lags the weights by one update (PPO's clipping absorbs a little of that).
     :param total_timesteps: env steps to train on, counted as SB3 counts them.
     :param callback: SB3 callback(s), as for ``learn``.
     :param log_interval: iterations between logger dumps.
@@ -421,7 +423,8 @@ def learn_from_collector(
     :param shutdown: shut the collector down when done.
     :return: the model.
     :raises CollectorFailed: collection failed; the collector is shut down.
-    :raises TypeError: the model's rollout buffer is not a :class:`~torchrl_mask.MaskableRolloutBuffer`.
+    :raises TypeError: the model's rollout buffer is not a :class:`~torchrl_mask.MaskableRolloutBuffer`, or the
+        collector is a ``DistributedSyncCollector`` (its batches lag the weights by one update).
 
     Worker processes on this machine (``MultiSyncCollector``; each worker runs its env and a policy copy):
 
@@ -458,6 +461,12 @@ def learn_from_collector(
         learn_from_collector(model, collector, total_timesteps=10_000_000)
     """
     algo: Any = model
+    if isinstance(collector, DistributedSyncCollector):
+        raise TypeError(
+            "DistributedSyncCollector collects each batch before the last update's weights reach its workers "
+            "(measured: off-policy by one update) and has no update_policy_weights_(); use "
+            "torchrl.collectors.distributed.DistributedCollector(..., sync=True) for on-policy batches."
+        )
     if not isinstance(algo.rollout_buffer, MaskableRolloutBuffer):
         raise TypeError(
             f"learn_from_collector needs torchrl_mask's rollout buffer (it has extend()); the model has "
