@@ -429,6 +429,44 @@ def test_learns_sb3_contribs_invalid_action_envs_without_an_invalid_action(make_
     assert not buf["action_mask"].all()
 
 
+class DictWithMask(gym.ObservationWrapper):
+    """A two-entry Dict observation with the mask inside it: ``{"position", "clock", "action_mask"}``."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        size = mask_spec(env.action_space).size
+        self.observation_space = spaces.Dict(
+            {
+                "position": env.observation_space,
+                "clock": spaces.Box(0.0, 1.0, (1,), np.float32),
+                "action_mask": spaces.MultiBinary(size),
+            }
+        )
+
+    def observation(self, observation: Any) -> dict[str, Any]:
+        mask = np.asarray(self.env.get_wrapper_attr("action_masks")(), dtype=np.int8)
+        clock = np.array([self.env.unwrapped.current_step / 100], np.float32)
+        return {"position": observation, "clock": clock, "action_mask": mask}
+
+
+@pytest.mark.slow
+def test_learns_with_the_mask_inside_a_dict_observation() -> None:
+    def make() -> Any:
+        return masked_gym_env(DictWithMask(StrictMask(InvalidActionEnvDiscrete(dim=6, n_invalid_actions=4), "method")))
+
+    spaces_env = ActionMaskInInfo(DictWithMask(InvalidActionEnvDiscrete(dim=6, n_invalid_actions=4)))
+    model = MaskablePPO("MultiInputPolicy", spaces_env, n_steps=64, batch_size=64, n_epochs=2, policy_kwargs=SMALL,
+                        seed=0)  # fmt: skip
+    collector = Collector(make, MaskablePolicyModule(model.policy), frames_per_batch=64)
+    check = PolicyWasTrained()
+    learn_from_collector(model, collector, total_timesteps=256, callback=check)
+    check.check(rollouts=4)
+    buf = model.rollout_buffer.tensordict
+    assert sorted(buf["observation"].keys()) == ["clock", "position"]
+    assert bool(allowed(buf["action"], buf["action_mask"], model.action_space).all())
+    assert not buf["action_mask"].all()
+
+
 @pytest.mark.slow
 def test_learns_torchrls_tictactoe_without_playing_an_occupied_square() -> None:
     model = MaskablePPO("MlpPolicy", BoardSpaces(), n_steps=64, batch_size=64, n_epochs=2, policy_kwargs=SMALL,
