@@ -27,9 +27,8 @@ BAD_INPUT = {
     "env_without_masks": (["train", "--env", "CartPole-v1"], "CartPole-v1 reports no action mask"),
     "continuous_actions": (["train", "--env", "Pendulum-v1"], "which cannot be masked"),
     "zero_steps": (["train", "--steps", "0"], "argument --steps: expected a positive integer, got '0'"),
-    "non_numeric_n_envs": (["train", "--n-envs", "two"], "argument --n-envs: expected a positive integer"),
+    "non_numeric_n_envs": (["train", "--n-envs", "two"], "argument --n-envs: expected a positive integer, got 'two'"),
     "unknown_device": (["train", "--device", "banana"], "use cpu, cuda, cuda:0, mps or auto"),
-    "unknown_collector": (["train", "--collector", "ray"], "argument --collector: invalid choice: 'ray'"),
     "unknown_option": (["train", "--bogus"], "unrecognized arguments: --bogus; see `torchrl-mask train --help`"),
     "output_is_a_file": (["train", "--out", "pyproject.toml"], "--out pyproject.toml is a file; pass a folder"),
 }
