@@ -108,6 +108,7 @@ def ppo_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_sb3_contrib(args: argparse.Namespace) -> float:
+    torch.set_num_threads(1)  # a collector's shutdown restores the process's threads; the learner gets one here
     env = SubprocVecEnv([_EnvFn(make_gym_env, args.step_cost)] * 2)
     try:
         model = SB3ContribMaskablePPO("MlpPolicy", env, **ppo_kwargs(args))
@@ -120,6 +121,7 @@ def run_sb3_contrib(args: argparse.Namespace) -> float:
 
 
 def run_torchrl_mask(args: argparse.Namespace) -> float:
+    torch.set_num_threads(1)
     model = MaskablePPO("MlpPolicy", BusyMaskedEnv(args.step_cost), **ppo_kwargs(args))
     collector = MultiSyncCollector(
         [_EnvFn(make_torchrl_env, args.step_cost)] * 2,

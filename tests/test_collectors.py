@@ -248,6 +248,33 @@ def test_policy_module_matches_predict_on_any_batch_shape(batch: tuple[int, ...]
     assert bool(allowed(out["action"], mask, env.action_space).all())
 
 
+@pytest.mark.parametrize(
+    "env",
+    [InvalidActionEnvDiscrete(dim=5, n_invalid_actions=2), InvalidActionEnvMultiBinary(dims=3, n_invalid_actions=2)],
+    ids=["discrete", "multibinary"],
+)
+def test_policy_module_samples_sb3_contribs_masked_distribution(env: gym.Env) -> None:
+    model = MaskablePPO("MlpPolicy", env, policy_kwargs=SMALL, seed=0)
+    obs, _ = env.reset(seed=0)
+    n = 6000
+    mask = torch.as_tensor(np.asarray(env.action_masks(), dtype=bool)).expand(n, -1)
+    obs_t = torch.as_tensor(np.asarray(obs)).expand(n, *np.shape(obs))
+    torch.manual_seed(0)
+    out = MaskablePolicyModule(model.policy)(TensorDict({"observation": obs_t, "action_mask": mask}, [n]))
+    actions = out["action"].reshape(n, -1)
+    with torch.no_grad():
+        dist = model.policy.get_distribution(obs_t[:1], action_masks=mask[:1].numpy())
+        _, log_prob, _ = model.policy.evaluate_actions(obs_t, actions.squeeze(-1) if actions.shape[1] == 1 else actions,
+                                                       action_masks=mask)  # fmt: skip
+    torch.testing.assert_close(out["action_log_prob"], log_prob, rtol=1e-5, atol=1e-5)
+    assert bool(allowed(out["action"], mask, env.action_space).all())
+    parts = dist.distributions if hasattr(dist, "distributions") else [dist.distribution]
+    for group, part in enumerate(parts):
+        probs = part.probs[0]
+        freq = torch.bincount(actions[:, group], minlength=len(probs)).float() / n
+        torch.testing.assert_close(freq, probs, atol=0.025, rtol=0.0)
+
+
 def test_policy_module_rejects_wrong_number_of_observation_keys() -> None:
     policy = MaskablePPO("MlpPolicy", gym.make(TAXI), policy_kwargs=SMALL).policy
     with pytest.raises(ValueError, match=r"observation_keys has 2 keys.*1 leaves"):

@@ -220,18 +220,54 @@ class _SB3Forward(nn.Module):
         self._paths = list(leaves)
         self._shapes = [tuple(space.shape or ()) for space in leaves.values()]
         self._action_shape = tuple(policy.action_space.shape or ())
-        self._mask_size = mask_spec(policy.action_space).size
+        spec = mask_spec(policy.action_space)
+        self._mask_size = spec.size
+        self._groups = list(spec.groups)
+        # sb3-contrib's own forward(), inlined for its stock policies: the same masked categorical per sub-action
+        # (logits of masked choices set to -1e8, then normalised), without building torch.distributions objects,
+        # which cost more than the network itself on one row. A policy subclass that changes either method runs
+        # its own forward().
+        self._inline = (
+            type(policy).forward is MaskableActorCriticPolicy.forward
+            and type(policy)._get_action_dist_from_latent is MaskableActorCriticPolicy._get_action_dist_from_latent
+        )
 
     @torch.no_grad()
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         *observations, mask = inputs
         batch = mask.shape[:-1]
         obs = self._observation(observations)
+        rows = mask.reshape(-1, self._mask_size)
         deterministic = interaction_type() in (InteractionType.DETERMINISTIC, InteractionType.MODE)
-        actions, values, log_prob = self.policy(
-            obs, deterministic=deterministic, action_masks=mask.reshape(-1, self._mask_size)
-        )
+        if self._inline:
+            actions, values, log_prob = self._masked_forward(obs, rows.to(torch.bool), deterministic)
+        else:
+            actions, values, log_prob = self.policy(obs, deterministic=deterministic, action_masks=rows)
         return actions.reshape((*batch, *self._action_shape)), log_prob.reshape(batch), values.reshape((*batch, 1))
+
+    def _masked_forward(
+        self, obs: Any, mask: torch.Tensor, deterministic: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``MaskableActorCriticPolicy.forward``: actions ``(B, n_groups)``, values ``(B, 1)``, log-probs ``(B,)``."""
+        policy = self.policy
+        features = policy.extract_features(obs)
+        if policy.share_features_extractor:
+            latent_pi, latent_vf = policy.mlp_extractor(features)
+        else:
+            pi_features, vf_features = features
+            latent_pi = policy.mlp_extractor.forward_actor(pi_features)
+            latent_vf = policy.mlp_extractor.forward_critic(vf_features)
+        values = policy.value_net(latent_vf)
+        logits = policy.action_net(latent_pi)
+        logits = torch.where(mask, logits, torch.tensor(-1e8, dtype=logits.dtype, device=logits.device))
+        actions, log_probs = [], []
+        for group_logits in logits.split(self._groups, dim=-1):
+            log_pmf = group_logits.log_softmax(-1)
+            probs = log_pmf.exp()
+            action = probs.argmax(-1, keepdim=True) if deterministic else torch.multinomial(probs, 1)
+            actions.append(action)
+            log_probs.append(log_pmf.gather(-1, action))
+        return torch.cat(actions, dim=-1), values, torch.cat(log_probs, dim=-1).sum(-1)
 
     def _observation(self, leaves: Sequence[torch.Tensor]) -> Any:
         flat = [leaf.reshape(-1, *shape) for leaf, shape in zip(leaves, self._shapes, strict=True)]
