@@ -358,12 +358,14 @@ def test_extend_of_a_real_taxi_batch_matches_the_vecenv_path() -> None:
     """A recorded Taxi rollout (its 200-step time limit truncates), bootstrapped by the policy module."""
     model = MaskablePPO("MlpPolicy", gym.make(TAXI), policy_kwargs=SMALL, seed=0)
     module = MaskablePolicyModule(model.policy)
+    torch.manual_seed(0)
     collector = Collector(lambda: masked_gym_env(gym.make(TAXI)), module, frames_per_batch=450)
+    collector.set_seed(0)
     try:
         batch = next(iter(collector)).unsqueeze(0)
     finally:
         collector.shutdown()
-    assert batch["next", "truncated"].sum() == 2
+    assert bool(batch["next", "truncated"].any()), "no time-limit truncation in 450 Taxi steps"
     module.add_next_state_value(batch)
     with torch.no_grad():
         final_obs = batch["next", "observation"][batch["next", "truncated"][..., 0]]
