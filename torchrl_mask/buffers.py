@@ -101,31 +101,6 @@ def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy() if tensor.device.type == "cpu" else tensor.cpu().numpy()
 
 
-def _as_tensor(value: ArrayLike | Any) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value.detach()
-    return torch.as_tensor(np.asarray(value))
-
-
-def _env_major(batch: TensorDictBase, n_envs: int, buffer_size: int) -> TensorDictBase:
-    """A collector batch as ``(n_envs, buffer_size)``: as it comes, or a flat env-major batch reshaped."""
-    if ("collector", "mask") in batch.keys(True):
-        raise ValueError(
-            "The batch is split into padded trajectories (a collector with split_trajs=True); "
-            "extend() needs the steps as collected: create the collector with split_trajs=False."
-        )
-    shape = tuple(batch.batch_size)
-    if shape == (n_envs, buffer_size):
-        return batch
-    if shape == (n_envs * buffer_size,):
-        return batch.reshape(n_envs, buffer_size)
-    raise ValueError(
-        f"The batch has batch size {shape}, but this buffer holds n_envs={n_envs} envs times "
-        f"buffer_size={buffer_size} steps: give a batch of ({n_envs}, {buffer_size}) or ({n_envs * buffer_size},), "
-        "i.e. a buffer whose n_envs and buffer_size match the collector's envs and frames_per_batch."
-    )
-
-
 class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     """Rollout buffer for maskable on-policy algorithms (MaskablePPO), stored in a TensorDict.
 
@@ -427,74 +402,18 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
                 f"extend() fills a whole rollout, but the buffer already holds {self.pos} steps per env. "
                 "Call reset() first."
             )
-        n, steps = self.n_envs, self.buffer_size
-        rows = _env_major(batch, n, steps)
-        paths = self._obs_paths
-        if observation_keys is None:
-            keys: list[NestedKey] = [path if path else st.OBSERVATION for path in paths]
-        else:
-            keys = list(observation_keys)
-            if len(keys) != len(paths):
-                raise ValueError(
-                    f"observation_keys has {len(keys)} keys but the observation space has {len(paths)} leaves "
-                    f"{self._leaf_paths_text()}: give one batch key per leaf, in that order."
-                )
-
-        def read(key: NestedKey, width: int | None = None) -> torch.Tensor:
-            tensor = rows.get(key, None)
-            if tensor is None:
-                raise ValueError(
-                    f"The batch has no {key!r} entry; its keys are {sorted(map(str, rows.keys(True, True)))}."
-                )
-            if width is not None and tensor.numel() != n * steps * width:
-                raise ValueError(f"Batch entry {key!r} has shape {tuple(tensor.shape)}, expected {width} per step.")
-            return tensor if width is None else tensor.reshape(n, steps, width)
-
-        obs = []
-        for key, shape in zip(keys, self._obs_shapes, strict=True):
-            tensor = read(key)
-            if tensor.numel() != n * steps * int(np.prod(shape)):
-                raise ValueError(
-                    f"Batch entry {key!r} has shape {tuple(tensor.shape)}, expected {(n, steps, *shape)} for the "
-                    "observation space."
-                )
-            obs.append(tensor.reshape(n, steps, *shape))
-        raw_masks = read(st.ACTION_MASK, self.mask_dims).reshape(n * steps, self.mask_dims)
-        checked = self._mask_spec.check if self.check_masks else self._mask_spec.reshape
-        masks = torch.as_tensor(checked(raw_masks, n * steps))
-        done = read(st.NEXT_DONE, 1).to(torch.bool)
-        terminated = read(st.NEXT_TERMINATED, 1).to(torch.bool)
-        if rows.get(st.IS_INIT, None) is not None:
-            is_init = read(st.IS_INIT, 1)
-        elif episode_starts is not None:
-            first = _as_tensor(episode_starts).reshape(n, 1, 1).to(done)
-            is_init = torch.cat([first, done[:, :-1]], dim=1)
-        else:
-            raise ValueError(
-                'The batch has no "is_init" entry and no episode_starts were given: append TorchRL\'s '
-                "InitTracker() to the env (masked_gym_env does), or pass episode_starts."
-            )
-        traj_ids = rows.get(("collector", "traj_ids"), None)
-        if traj_ids is not None:
-            ids = traj_ids.reshape(n, steps)
-            if not torch.equal(ids[:, 1:] != ids[:, :-1], done[:, :-1, 0].to(ids.device)):
-                raise ValueError(
-                    "The batch rows are not each one env's consecutive steps (trajectory ids change where no "
-                    "episode ended): pass the collector's batch as it comes, (n_envs, buffer_size) or flat "
-                    "env-major, not split or shuffled."
-                )
-        entries: dict[NestedKey, torch.Tensor] = {
-            st.ACTION: read(st.ACTION, self.action_dim).reshape(self._leaf[st.ACTION].shape),
-            st.ACTION_MASK: masks.reshape(n, steps, self.mask_dims),
-            st.IS_INIT: is_init,
-            st.VALUE: read(st.VALUE, 1),
-            st.LOG_PROB: read(st.LOG_PROB, 1).reshape(n, steps),
-            st.NEXT_REWARD: read(reward_key, 1),
-            st.NEXT_VALUE: read(st.NEXT_VALUE, 1),
-            st.NEXT_DONE: done,
-            st.NEXT_TERMINATED: terminated,
-        }
-
+        obs, entries = st.entries_from_batch(
+            batch,
+            self.n_envs,
+            self.buffer_size,
+            observation_paths=self._obs_paths,
+            observation_shapes=self._obs_shapes,
+            action_shape=self._action_shape,
+            masks=self._mask_spec.check if self.check_masks else self._mask_spec.reshape,
+            observation_keys=observation_keys,
+            reward_key=reward_key,
+            episode_starts=episode_starts,
+        )
         for leaf, tensor in zip(self._obs_leaves, obs, strict=True):
             leaf.copy_(tensor)
         leaf = self._leaf
@@ -514,9 +433,6 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         leaf[st.VALUE_TARGET].copy_(returns)
         self.pos = self.buffer_size
         self.full = True
-
-    def _leaf_paths_text(self) -> str:
-        return str(["/".join(path) or "observation" for path in self._obs_paths])
 
     # -------------------------------------------------------------------------------------------- get
 
