@@ -133,10 +133,11 @@ def _make_inputs(workload: Workload, seed: int) -> tuple[list[tuple[Any, ...]], 
     return steps, masks, last
 
 
-def _make_buffer(library: str, workload: Workload, device: str) -> Any:
+def _make_buffer(library: str, workload: Workload, device: str, check_masks: bool = True) -> Any:
     module = sb3c_buffers if library == "sb3-contrib" else ours_buffers
     dict_obs = isinstance(workload.observation_space, spaces.Dict)
     cls = module.MaskableDictRolloutBuffer if dict_obs else module.MaskableRolloutBuffer
+    extra = {} if library == "sb3-contrib" else {"check_masks": check_masks}
     return cls(
         workload.n_steps,
         workload.observation_space,
@@ -145,6 +146,7 @@ def _make_buffer(library: str, workload: Workload, device: str) -> Any:
         gae_lambda=0.95,
         gamma=0.99,
         n_envs=workload.n_envs,
+        **extra,
     )
 
 
@@ -183,18 +185,21 @@ def run_iteration(buffer: Any, workload: Workload, inputs: Any, device: str) -> 
     return times
 
 
-def time_workload(workload: Workload, rounds: int, device: str, seed: int = 0) -> dict[str, dict[str, float]]:
+def time_workload(
+    workload: Workload, rounds: int, device: str, seed: int = 0, check_masks: bool = True
+) -> dict[str, dict[str, float]]:
     """Time both libraries on one workload, alternating which goes first, and take medians.
 
     :param workload: the case.
     :param rounds: measured iterations per library (after one warm-up each).
     :param device: ``"cpu"`` or ``"cuda"``.
     :param seed: seed for the inputs and for ``np.random`` (minibatch order).
+    :param check_masks: whether torchrl_mask checks each mask row in ``add`` (sb3-contrib never does).
     :return: ``{library: {phase: median seconds, ..., "total": median of per-round totals}}``.
     """
     inputs = _make_inputs(workload, seed)
     libraries = ("sb3-contrib", "torchrl_mask")
-    buffers = {lib: _make_buffer(lib, workload, device) for lib in libraries}
+    buffers = {lib: _make_buffer(lib, workload, device, check_masks) for lib in libraries}
     samples: dict[str, list[dict[str, float]]] = {lib: [] for lib in libraries}
     np.random.seed(seed)
     for lib in libraries:  # warm-up: first-touch page faults, lazy imports, allocator growth
@@ -315,6 +320,11 @@ def main(argv: list[str] | None = None) -> int:
         "shared machine extra threads only add stalls)",
     )
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument(
+        "--no-mask-check",
+        action="store_true",
+        help="time torchrl_mask with check_masks=False (sb3-contrib never checks that a mask allows an action)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the raw results as JSON")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -330,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.workloads:
             workload = WORKLOADS[name]
             print(f"[{device}] {name}: {workload.description} ...", flush=True)
-            results[name] = {"times": time_workload(workload, args.rounds, device)}
+            results[name] = {"times": time_workload(workload, args.rounds, device, check_masks=not args.no_mask_check)}
             if not args.no_memory:
                 results[name]["memory"] = {
                     lib: peak_memory(lib, name, device) for lib in ("sb3-contrib", "torchrl_mask")
@@ -338,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(
             f"Medians of {args.rounds} alternating rounds on {report['machine']}, device={device}, "
-            f"{args.threads} torch thread(s); speed-up = sb3-contrib time / torchrl_mask time:"
+            f"{args.threads} torch thread(s), mask checks {'off' if args.no_mask_check else 'on'}; "
+            "speed-up = sb3-contrib time / torchrl_mask time:"
         )
         print(format_table(results, device))
         print()
