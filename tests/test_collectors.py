@@ -411,7 +411,7 @@ def test_extend_rejects_bad_batches_and_writes_nothing() -> None:
         buf.extend(batch.set(("collector", "traj_ids"), ids))
     bad_mask = batch.exclude(("collector", "traj_ids")).clone()
     bad_mask["action_mask"][1, 4] = False
-    with pytest.raises(ValueError, match="allow no action"):
+    with pytest.raises(ValueError, match="action_masks for env 1, step 4 allow no action"):
         buf.extend(bad_mask)
     assert buf.pos == 0 and not buf.full
     buf.extend(batch.exclude(("collector", "traj_ids")))

@@ -13,6 +13,7 @@ and sb3-contrib would silently train on ``NaN`` log-probabilities.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import cast
 
 import numpy as np
@@ -44,7 +45,7 @@ class MaskSpec:
     def __repr__(self) -> str:
         return f"MaskSpec(groups={self.groups}, size={self.size})"
 
-    def check(self, masks: MaskArray, n_envs: int) -> MaskArray:
+    def check(self, masks: MaskArray, n_envs: int, row_label: Callable[[int], str] | None = None) -> MaskArray:
         """Validate masks for one step of ``n_envs`` envs and return them as bool rows.
 
         Numpy masks are checked with numpy, tensors with torch on their own device (on CUDA the check
@@ -53,7 +54,8 @@ class MaskSpec:
         :param masks: the masks, shape ``(n_envs, size)``; also accepted: ``(n_envs, *dims)`` with
             ``prod(dims) == size`` (e.g. ``(n_envs, n, 2)`` for MultiBinary), and ``(size,)`` when
             ``n_envs == 1``. Any dtype; non-zero means allowed.
-        :param n_envs: number of envs in the step.
+        :param n_envs: number of envs in the step (rows of masks).
+        :param row_label: names a row in the error message; ``env {row}`` when None.
         :return: bool rows of shape ``(n_envs, size)``, a numpy array or a tensor as given.
         :raises ValueError: wrong shape, or a row (or sub-action group) that allows no action.
         """
@@ -70,17 +72,19 @@ class MaskSpec:
         else:
             start = int(self._starts[group])
             where = f"sub-action {group} (mask entries {start}:{start + self.groups[group]}) is all False"
+        label = f"env {env}" if row_label is None else row_label(env)
         raise ValueError(
-            f"action_masks for env {env} allow no action: {where} for {self.space_repr}. "
+            f"action_masks for {label} allow no action: {where} for {self.space_repr}. "
             "A masked policy cannot sample from an empty set; fix the env's action_masks(), "
             "or pass check_masks=False to the buffer to skip this check."
         )
 
-    def reshape(self, masks: MaskArray, n_envs: int) -> MaskArray:
+    def reshape(self, masks: MaskArray, n_envs: int, row_label: Callable[[int], str] | None = None) -> MaskArray:
         """Bring masks to bool rows ``(n_envs, size)`` without checking that each group allows an action.
 
         :param masks: as for :meth:`check`.
         :param n_envs: number of envs in the step.
+        :param row_label: unused; :meth:`check`'s signature, so that either serves as a mask reader.
         :return: bool rows of shape ``(n_envs, size)``, a numpy array or a tensor as given.
         :raises ValueError: wrong shape.
         """

@@ -233,7 +233,7 @@ def entries_from_batch(
     observation_paths: Sequence[tuple[str, ...]],
     observation_shapes: Sequence[tuple[int, ...]],
     action_shape: tuple[int, ...],
-    masks: Callable[[torch.Tensor, int], Any],
+    masks: Callable[[torch.Tensor, int, Callable[[int], str]], Any],
     observation_keys: Sequence[NestedKey] | None = None,
     reward_key: NestedKey = NEXT_REWARD,
     episode_starts: torch.Tensor | np.ndarray | None = None,
@@ -247,7 +247,8 @@ def entries_from_batch(
     :param observation_paths: the storage's observation leaves (:func:`observation_leaves`' keys).
     :param observation_shapes: per-env shape of each observation leaf.
     :param action_shape: per-env shape of a stored action (:func:`action_shape`).
-    :param masks: checks (or only reshapes) ``(rows, n_rows)`` masks into bool rows, e.g. ``MaskSpec.check``.
+    :param masks: checks (or only reshapes) ``(rows, n_rows, row_label)`` masks into bool rows, e.g.
+        ``MaskSpec.check``.
     :param observation_keys: the batch key of each observation leaf; None means ``"observation"`` for a
         non-Dict space and the Dict's key paths at the top level (where TorchRL's ``GymWrapper`` puts them).
     :param reward_key: where the reward is, ``(*B, 1)``.
@@ -282,7 +283,9 @@ def entries_from_batch(
 
     obs = [read(key, shape) for key, shape in zip(keys, observation_shapes, strict=True)]
     raw_masks = read(ACTION_MASK)
-    mask_rows = torch.as_tensor(masks(raw_masks.reshape(n * steps, -1), n * steps))
+    mask_rows = torch.as_tensor(
+        masks(raw_masks.reshape(n * steps, -1), n * steps, lambda row: f"env {row // steps}, step {row % steps}")
+    )
     done = read(NEXT_DONE, (1,)).to(torch.bool)
     terminated = read(NEXT_TERMINATED, (1,)).to(torch.bool)
     if rows.get(IS_INIT, None) is not None:
