@@ -1,21 +1,44 @@
-"""torchrl_mask: sb3-contrib's maskable rollout buffers and MaskablePPO, with the rollout in a TensorDict."""
+"""torchrl_mask: sb3-contrib's maskable rollout buffers and MaskablePPO, with the rollout in a TensorDict.
 
-from torchrl_mask.buffers import (
-    MaskableDictRolloutBuffer,
-    MaskableDictRolloutBufferSamples,
-    MaskableRolloutBuffer,
-    MaskableRolloutBufferSamples,
-)
-from torchrl_mask.collectors import (
-    ActionMaskInInfo,
-    CollectorFailed,
-    MaskablePolicyModule,
-    learn_from_collector,
-    masked_gym_env,
-)
-from torchrl_mask.ppo import MaskablePPO
+The public names load on first use (PEP 562), so that ``torchrl-mask --help`` does not wait for torch,
+tensordict and TorchRL to import.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torchrl_mask.buffers import (
+        MaskableDictRolloutBuffer,
+        MaskableDictRolloutBufferSamples,
+        MaskableRolloutBuffer,
+        MaskableRolloutBufferSamples,
+    )
+    from torchrl_mask.collectors import (
+        ActionMaskInInfo,
+        CollectorFailed,
+        MaskablePolicyModule,
+        learn_from_collector,
+        masked_gym_env,
+    )
+    from torchrl_mask.ppo import MaskablePPO
 
 __version__ = "0.1.0"
+
+_HOMES = {
+    "MaskableDictRolloutBuffer": "torchrl_mask.buffers",
+    "MaskableDictRolloutBufferSamples": "torchrl_mask.buffers",
+    "MaskableRolloutBuffer": "torchrl_mask.buffers",
+    "MaskableRolloutBufferSamples": "torchrl_mask.buffers",
+    "MaskablePPO": "torchrl_mask.ppo",
+    "ActionMaskInInfo": "torchrl_mask.collectors",
+    "CollectorFailed": "torchrl_mask.collectors",
+    "MaskablePolicyModule": "torchrl_mask.collectors",
+    "learn_from_collector": "torchrl_mask.collectors",
+    "masked_gym_env": "torchrl_mask.collectors",
+}
 
 __all__ = [
     "ActionMaskInInfo",
@@ -30,3 +53,15 @@ __all__ = [
     "learn_from_collector",
     "masked_gym_env",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'torchrl_mask' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
