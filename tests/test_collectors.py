@@ -578,7 +578,8 @@ def test_killed_worker_raises_a_clear_error_promptly_and_leaves_no_process() -> 
     collector = MultiSyncCollector([taxi_env] * 2, MaskablePolicyModule(model.policy), frames_per_batch=64)
     worker_pids = [proc.pid for proc in collector.procs]
     kill = KillWorker(collector)
-    with pytest.raises(CollectorFailed, match=r"lost a worker process.*worker 0 .* killed by signal 9"):
+    # Our watcher ("worker 0 (pid N) was killed by signal 9") or TorchRL's own check ("worker 0 (exit code -9)").
+    with pytest.raises(CollectorFailed, match=r"worker 0 \(.*(killed by signal 9|exit code -9)"):
         learn_from_collector(model, collector, total_timesteps=10_000, callback=kill)
     assert kill.killed_at is not None
     assert time.monotonic() - kill.killed_at < 60  # a bound on a hang, not a speed claim
@@ -591,7 +592,9 @@ def test_killed_worker_raises_a_clear_error_promptly_and_leaves_no_process() -> 
 def test_env_that_raises_in_a_worker_gives_a_clear_error_and_leaves_no_process() -> None:
     model = MaskablePPO("MlpPolicy", gym.make(TAXI), n_steps=32, batch_size=64, policy_kwargs=SMALL)
     collector = MultiSyncCollector([taxi_env, exploding_env], MaskablePolicyModule(model.policy), frames_per_batch=64)
-    with pytest.raises(CollectorFailed, match=r"worker 1 .* exited with code 1: its env or policy raised"):
+    # Whichever sees it first, our watcher ("worker 1 (pid N) exited with code 1") or TorchRL itself
+    # ("worker 1 (exit code 1)"), the error names the worker and its exit code.
+    with pytest.raises(CollectorFailed, match=r"worker 1 \(.*exit(ed with)? code 1"):
         learn_from_collector(model, collector, total_timesteps=10_000)
     assert worker_children() == []
 

@@ -63,7 +63,7 @@ def guarded(call: Callable[[], _T], collector: BaseCollector, what: str) -> _T:
         thread.start()
     while thread is not None and thread.is_alive():
         thread.join(_POLL_SECONDS)
-        dead = [_death(i, proc) for i, proc in enumerate(procs) if proc.exitcode is not None]
+        dead = [_death(i, proc) for i, proc in enumerate(procs) if _exitcode(proc) is not None]
         if dead and thread.is_alive():
             shutdown(collector)
             raise CollectorFailed(
@@ -88,8 +88,17 @@ def guarded(call: Callable[[], _T], collector: BaseCollector, what: str) -> _T:
     raise error
 
 
+def _exitcode(proc: BaseProcess) -> int | None:
+    """The process's exit code; None while it runs, and for a process object TorchRL has already closed
+    (it joined the process first, and reports that failure itself)."""
+    try:
+        return proc.exitcode
+    except ValueError:  # "process object is closed"
+        return None
+
+
 def _death(index: int, proc: BaseProcess) -> str:
-    code = proc.exitcode
+    code = _exitcode(proc)
     if code is not None and code < 0:
         return f"worker {index} (pid {proc.pid}) was killed by signal {-code}"
     return (
@@ -104,9 +113,12 @@ def shutdown(collector: BaseCollector, timeout: float = _SHUTDOWN_SECONDS) -> No
     thread.start()
     thread.join(timeout)
     for proc in _worker_processes(collector):
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(2.0)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(2.0)
+        try:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(2.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(2.0)
+        except ValueError:  # TorchRL's shutdown joined and closed this process object meanwhile: it is gone
+            continue
