@@ -42,6 +42,7 @@ from tensordict.utils import NestedKey
 from torchrl_mask import storage as st
 from torchrl_mask.advantage import GaeMethod, bootstrap_inputs, generalized_advantage
 from torchrl_mask.masks import MaskSpec, mask_spec
+from torchrl_mask.sb3_arrays import ArrayLike, SB3Array, float_masks, to_numpy
 
 __all__ = [
     "MaskableDictRolloutBuffer",
@@ -50,58 +51,11 @@ __all__ = [
     "MaskableRolloutBufferSamples",
 ]
 
-ArrayLike = np.ndarray | torch.Tensor | float | int | bool
-
 # Leaves of at most this many bytes are shuffled once per epoch into one contiguous copy that minibatches
 # slice (no per-minibatch call); larger leaves (images, big masks) are gathered per minibatch, so the extra
 # memory of an epoch stays about one minibatch. Measured: at 64 KiB the per-epoch copies of the image
 # workload cost under 0.1 MiB, while the small-vector workload still slices every leaf.
 PER_EPOCH_LEAF_BYTES = 64 * 1024
-
-
-class _SB3Array:
-    """An SB3 rollout attribute, read and written as a ``(buffer_size, n_envs, ...)`` numpy array.
-
-    On the CPU the array is a view of the storage leaf (writes land in the rollout); on an accelerator it is
-    a host copy. ``layout`` adapts the leaf to SB3's per-env shape: ``"squeeze"`` drops the leaf's trailing 1
-    (SB3 keeps rewards, values ... as ``(T, n_envs)``); ``"rows"`` makes it ``(T, n_envs, width)`` (SB3's
-    ``(T, n_envs, 1)`` Discrete actions).
-    """
-
-    def __init__(self, key: NestedKey, layout: str = "as-is", dtype: np.dtype | None = None) -> None:
-        self.key = key
-        self.layout = layout
-        self.dtype = dtype
-
-    def _sb3_view(self, buf: MaskableRolloutBuffer) -> torch.Tensor:
-        leaf = buf.tensordict.get(self.key)
-        if self.layout == "squeeze":
-            leaf = leaf[..., 0]
-        elif self.layout == "rows":
-            leaf = leaf.reshape(*leaf.shape[:2], -1)
-        return leaf.transpose(0, 1)
-
-    def __get__(self, buf: MaskableRolloutBuffer | None, owner: type) -> Any:
-        if buf is None:
-            return self
-        array = _to_numpy(self._sb3_view(buf))
-        return array if self.dtype is None else array.astype(self.dtype)
-
-    def __set__(self, buf: MaskableRolloutBuffer, value: ArrayLike) -> None:
-        view = self._sb3_view(buf)
-        view.copy_(torch.as_tensor(np.asarray(value)).reshape(view.shape))
-
-
-def _float_masks(masks: torch.Tensor) -> torch.Tensor:
-    """sb3-contrib's float32 masks from bool ones: through numpy on the host (measured 6 us against torch's
-    15 us for 64 x 128), through uint8 elsewhere (twice as fast as from bool)."""
-    if masks.device.type == "cpu":
-        return torch.from_numpy(masks.numpy().astype(np.float32))
-    return masks.view(torch.uint8).to(torch.float32)
-
-
-def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.numpy() if tensor.device.type == "cpu" else tensor.cpu().numpy()
 
 
 class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
@@ -130,15 +84,15 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
 
     _samples_type: type = MaskableRolloutBufferSamples
 
-    observations = _SB3Array(st.OBSERVATION)
-    actions = _SB3Array(st.ACTION, layout="rows")
-    rewards = _SB3Array(st.NEXT_REWARD, layout="squeeze")
-    episode_starts = _SB3Array(st.IS_INIT, layout="squeeze", dtype=np.dtype(np.float32))
-    values = _SB3Array(st.VALUE, layout="squeeze")
-    log_probs = _SB3Array(st.LOG_PROB)
-    advantages = _SB3Array(st.ADVANTAGE, layout="squeeze")
-    returns = _SB3Array(st.VALUE_TARGET, layout="squeeze")
-    action_masks = _SB3Array(st.ACTION_MASK, dtype=np.dtype(np.float32))
+    observations = SB3Array(st.OBSERVATION)
+    actions = SB3Array(st.ACTION, layout="rows")
+    rewards = SB3Array(st.NEXT_REWARD, layout="squeeze")
+    episode_starts = SB3Array(st.IS_INIT, layout="squeeze", dtype=np.dtype(np.float32))
+    values = SB3Array(st.VALUE, layout="squeeze")
+    log_probs = SB3Array(st.LOG_PROB)
+    advantages = SB3Array(st.ADVANTAGE, layout="squeeze")
+    returns = SB3Array(st.VALUE_TARGET, layout="squeeze")
+    action_masks = SB3Array(st.ACTION_MASK, dtype=np.dtype(np.float32))
 
     def __init__(
         self,
@@ -506,7 +460,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         for tensor in flat:
             if tensor.numel() * tensor.element_size() <= PER_EPOCH_LEAF_BYTES or batch_size >= total:
                 shuffled = tensor.index_select(0, index)
-                columns.append((_float_masks(shuffled) if tensor is flat[-1] else shuffled).split(batch_size))
+                columns.append((float_masks(shuffled) if tensor is flat[-1] else shuffled).split(batch_size))
             else:
                 columns.append(None)
         masks_per_minibatch = columns[-1] is None
@@ -517,7 +471,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
                 for tensor, column in zip(flat, columns, strict=True)
             ]
             if masks_per_minibatch:
-                rows[-1] = _float_masks(rows[-1])
+                rows[-1] = float_masks(rows[-1])
             yield self._samples_type(self._pack_observations(rows[:n_obs]), *rows[n_obs:])
 
     def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> Any:
@@ -529,7 +483,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         """
         index = torch.as_tensor(np.asarray(batch_inds), dtype=torch.long, device=self.device)
         rows = [tensor.index_select(0, index) for tensor in self._flat_leaves()]
-        rows[-1] = _float_masks(rows[-1])
+        rows[-1] = float_masks(rows[-1])
         n_obs = len(self._obs_leaves)
         return self._samples_type(self._pack_observations(rows[:n_obs]), *rows[n_obs:])
 
@@ -572,7 +526,7 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
     @property
     def observations(self) -> dict[str, Any]:  # type: ignore[override]
         """Observations as SB3 holds them: ``{key: (buffer_size, n_envs, *shape)}``, nested for nested Dicts."""
-        arrays = [_to_numpy(leaf.transpose(0, 1)) for leaf in self._obs_leaves]
+        arrays = [to_numpy(leaf.transpose(0, 1)) for leaf in self._obs_leaves]
         return self._nest(arrays)
 
     def _nest(self, items: list[Any]) -> dict[str, Any]:

@@ -1,0 +1,78 @@
+"""SB3's names for the rollout: numpy arrays in SB3's ``(buffer_size, n_envs, ...)`` layout, and float32 masks.
+
+SB3 code reads and writes a rollout buffer's ``rewards``, ``values``, ``returns`` ... as numpy arrays (sb3-contrib's
+``MaskablePPO.train`` calls ``explained_variance`` on two of them; reward-shaping callbacks write ``rewards``).
+:class:`SB3Array` serves each as a view of one storage leaf, so nothing is copied on the host.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict.utils import NestedKey
+
+__all__ = ["ArrayLike", "SB3Array", "float_masks", "to_numpy"]
+
+ArrayLike = np.ndarray | torch.Tensor | float | int | bool
+
+
+def to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A numpy array of the tensor: a view on the host, a host copy from an accelerator.
+
+    :param tensor: any tensor without grad.
+    :return: the array, same shape and dtype.
+    """
+    return tensor.numpy() if tensor.device.type == "cpu" else tensor.cpu().numpy()
+
+
+def float_masks(masks: torch.Tensor) -> torch.Tensor:
+    """sb3-contrib's float32 masks from bool ones, same shape.
+
+    Through numpy on the host (measured 6 us against torch's 15 us for 64 x 128), through uint8 elsewhere
+    (twice as fast as from bool).
+
+    :param masks: bool masks, ``(B, mask_dims)``.
+    :return: float32 masks, ``(B, mask_dims)``, on the same device.
+    """
+    if masks.device.type == "cpu":
+        return torch.from_numpy(masks.numpy().astype(np.float32))
+    return masks.view(torch.uint8).to(torch.float32)
+
+
+class SB3Array:
+    """A buffer attribute read and written as a ``(buffer_size, n_envs, ...)`` numpy array (a descriptor).
+
+    On the CPU the array is a view of the storage leaf (writes land in the rollout); on an accelerator it is
+    a host copy. ``layout`` adapts the leaf to SB3's per-env shape: ``"squeeze"`` drops the leaf's trailing 1
+    (SB3 keeps rewards, values ... as ``(T, n_envs)``); ``"rows"`` makes it ``(T, n_envs, width)`` (SB3's
+    ``(T, n_envs, 1)`` Discrete actions).
+
+    :param key: the storage leaf, in the buffer's ``tensordict`` of batch size ``(n_envs, buffer_size)``.
+    :param layout: ``"as-is"``, ``"squeeze"`` or ``"rows"``.
+    :param dtype: numpy dtype to read it as (a copy), None for the leaf's own (a view).
+    """
+
+    def __init__(self, key: NestedKey, layout: str = "as-is", dtype: np.dtype | None = None) -> None:
+        self.key = key
+        self.layout = layout
+        self.dtype = dtype
+
+    def _sb3_view(self, buf: Any) -> torch.Tensor:
+        leaf = buf.tensordict.get(self.key)
+        if self.layout == "squeeze":
+            leaf = leaf[..., 0]
+        elif self.layout == "rows":
+            leaf = leaf.reshape(*leaf.shape[:2], -1)
+        return leaf.transpose(0, 1)
+
+    def __get__(self, buf: Any, owner: type) -> Any:
+        if buf is None:
+            return self
+        array = to_numpy(self._sb3_view(buf))
+        return array if self.dtype is None else array.astype(self.dtype)
+
+    def __set__(self, buf: Any, value: ArrayLike) -> None:
+        view = self._sb3_view(buf)
+        view.copy_(torch.as_tensor(np.asarray(value)).reshape(view.shape))
