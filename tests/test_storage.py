@@ -64,14 +64,38 @@ def test_memmap_on_an_accelerator_or_unknown_storage_is_refused():
         MaskableRolloutBuffer(2, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu", storage="disk")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("storage", ["memory", "memmap"])
+@pytest.mark.parametrize("gather", ["numpy", "torch"])
 @pytest.mark.parametrize("leaf_bytes", [0, 1 << 40])
-def test_minibatches_are_identical_whichever_gather_path_is_taken(monkeypatch, leaf_bytes):
+def test_minibatches_are_identical_whichever_gather_path_is_taken(monkeypatch, tmp_path, leaf_bytes, gather, storage):
     import torchrl_mask.buffers as buffers
 
     monkeypatch.setattr(buffers, "PER_EPOCH_LEAF_BYTES", leaf_bytes)
-    ref, ours = make_pair(OBS_SPACES["dict"], ACTION_SPACES["multibinary"], buffer_size=7, n_envs=3)
+    ref, ours = make_pair(
+        OBS_SPACES["dict"], ACTION_SPACES["multibinary"], buffer_size=7, n_envs=3, storage=storage, memmap_dir=tmp_path
+    )
     fill_pair(ref, ours, seed=1)
+    # On the host get() gathers with numpy; "torch" takes the accelerator's path (index_select) on the CPU.
+    ours._host = gather == "numpy"
     assert_same_epochs(ref, ours, batch_size=4, seed=2)
+
+
+@pytest.mark.parametrize("gather", ["numpy", "torch"])
+def test_a_minibatch_the_caller_dropped_is_freed_while_the_epoch_goes_on(monkeypatch, gather):
+    import weakref
+
+    import torchrl_mask.buffers as buffers
+
+    monkeypatch.setattr(buffers, "PER_EPOCH_LEAF_BYTES", 0)  # every leaf gathered per minibatch, as images are
+    buf = MaskableDictRolloutBuffer(64, OBS_SPACES["dict"], ACTION_SPACES["discrete"], "cpu", n_envs=2)
+    ref, _ = make_pair(OBS_SPACES["dict"], ACTION_SPACES["discrete"], 64, 2)
+    fill_pair(ref, buf, seed=0)
+    buf._host = gather == "numpy"
+    epoch = buf.get(batch_size=8)
+    first = weakref.ref(next(epoch).observations["image"])  # a large leaf: gathered per minibatch
+    second = next(epoch)
+    assert second.observations["image"].shape == (8, 1, 6, 6)
+    assert first() is None  # nothing inside get() holds on to an earlier minibatch
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -60,9 +60,9 @@ class MaskSpec:
         :raises ValueError: wrong shape, or a row (or sub-action group) that allows no action.
         """
         rows = self.reshape(masks, n_envs)
-        allowed = self._allowed_groups(rows)
-        if bool(allowed.all()):
+        if self._all_allowed(rows):
             return rows
+        allowed = self._allowed_groups(rows)
         if isinstance(allowed, torch.Tensor):
             env, group = (int(i) for i in torch.nonzero(~allowed)[0])
         else:
@@ -88,6 +88,8 @@ class MaskSpec:
         :return: bool rows of shape ``(n_envs, size)``, a numpy array or a tensor as given.
         :raises ValueError: wrong shape.
         """
+        if type(masks) is np.ndarray and masks.dtype == np.bool_ and masks.shape == (n_envs, self.size):
+            return masks  # the common case, in one test
         if not isinstance(masks, (np.ndarray, torch.Tensor)):
             masks = np.asarray(masks)
         shape = tuple(masks.shape)
@@ -102,6 +104,13 @@ class MaskSpec:
             )
         rows = masks.reshape(n_envs, self.size)
         return rows if rows.dtype in (np.bool_, torch.bool) else rows != 0
+
+    def _all_allowed(self, rows: MaskArray) -> bool:
+        """Whether every group of every row allows a choice: :meth:`_allowed_groups` reduced, with a shortcut
+        for one group (Discrete), where a row allows a choice iff it is not all False (two numpy calls)."""
+        if len(self.groups) == 1 and isinstance(rows, np.ndarray):
+            return bool(rows.any(axis=1).all())
+        return bool(self._allowed_groups(rows).all())
 
     def _allowed_groups(self, rows: MaskArray) -> MaskArray:
         """``(n_envs, n_groups)``: whether each group of each row allows at least one choice."""
