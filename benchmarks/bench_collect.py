@@ -1,13 +1,19 @@
 """Masked collection plus training: TorchRL's MultiSyncCollector against sb3-contrib's SubprocVecEnv.
 
-Both sides train MaskablePPO with the same policy (two hidden layers of 64), the same rollout (``n_steps`` per
-env, 2 envs) and the same updates, on an env whose step costs about a millisecond of CPU and which keeps its
-mask behind ``action_masks()`` (sb3-contrib's convention):
+Both sides train MaskablePPO with the same policy (two hidden layers of 64), the same rollout size
+(``2 * n_steps`` steps per update) and the same updates, on an env whose step costs about a millisecond of CPU
+and which keeps its mask behind ``action_masks()`` (sb3-contrib's convention):
 
-- sb3-contrib: ``MaskablePPO.learn`` over ``SubprocVecEnv`` with 2 processes: each step is a ``step`` round trip
-  plus an ``env_method("action_masks")`` round trip, with the policy in the learner's process;
+- sb3-contrib: ``MaskablePPO.learn`` over ``SubprocVecEnv`` with 2 processes (``--sb3-processes``), one env
+  each: each step is a ``step`` round trip plus an ``env_method("action_masks")`` round trip, with the policy
+  in the learner's process;
 - torchrl_mask: ``learn_from_collector`` over ``MultiSyncCollector`` with 2 worker processes, each running its
-  env and a copy of the policy, delivering whole rollouts with the mask in each step's TensorDict.
+  env (``--envs-per-worker`` envs in a ``SerialEnv``) and a copy of the policy, delivering whole rollouts with
+  the mask in each step's TensorDict.
+
+The like-for-like comparison is the default: 2 processes and 2 envs on each side. ``--envs-per-worker 4``
+shows what a worker gains from running its policy once for several envs (SubprocVecEnv has one env per
+process; ``--sb3-processes 8`` gives sb3-contrib the same 8 envs, in 8 processes).
 
 Steps per second count env steps over the whole ``learn`` (collection and training); process start-up is
 excluded on both sides. Runs alternate between the two and the medians and their ratio are printed.
@@ -30,6 +36,7 @@ from gymnasium import spaces
 from sb3_contrib import MaskablePPO as SB3ContribMaskablePPO
 from stable_baselines3.common.vec_env import SubprocVecEnv
 from torchrl.collectors import MultiSyncCollector
+from torchrl.envs import SerialEnv
 
 from torchrl_mask import MaskablePolicyModule, MaskablePPO, learn_from_collector, masked_gym_env
 
@@ -86,6 +93,18 @@ def make_torchrl_env(step_cost: float) -> Any:
     return masked_gym_env(BusyMaskedEnv(step_cost), episode_stats=False)  # SubprocVecEnv has no Monitor either
 
 
+class _BatchedEnvFn:
+    """A worker's env: ``n`` masked envs stepped one after the other in one TorchRL ``SerialEnv``, so the
+    worker's policy copy runs once for all ``n``."""
+
+    def __init__(self, n: int, step_cost: float) -> None:
+        self.n, self.step_cost = n, step_cost
+
+    def __call__(self) -> Any:
+        torch.set_num_threads(1)
+        return SerialEnv(self.n, _EnvFn(make_torchrl_env, self.step_cost))
+
+
 class _EnvFn:
     """A picklable env factory (SubprocVecEnv and the collector's workers both call it)."""
 
@@ -109,9 +128,12 @@ def ppo_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_sb3_contrib(args: argparse.Namespace) -> float:
     torch.set_num_threads(1)  # a collector's shutdown restores the process's threads; the learner gets one here
-    env = SubprocVecEnv([_EnvFn(make_gym_env, args.step_cost)] * 2)
+    processes = args.sb3_processes
+    env = SubprocVecEnv([_EnvFn(make_gym_env, args.step_cost)] * processes)
     try:
-        model = SB3ContribMaskablePPO("MlpPolicy", env, **ppo_kwargs(args))
+        kwargs = ppo_kwargs(args)
+        kwargs["n_steps"] = 2 * args.n_steps // processes  # the same rollout size: 2 * n_steps steps
+        model = SB3ContribMaskablePPO("MlpPolicy", env, **kwargs)
         start = time.perf_counter()
         model.learn(args.total_timesteps)
         elapsed = time.perf_counter() - start
@@ -123,10 +145,14 @@ def run_sb3_contrib(args: argparse.Namespace) -> float:
 def run_torchrl_mask(args: argparse.Namespace) -> float:
     torch.set_num_threads(1)
     model = MaskablePPO("MlpPolicy", BusyMaskedEnv(args.step_cost), **ppo_kwargs(args))
+    per_worker = args.envs_per_worker
+    make_env: Any = (
+        _EnvFn(make_torchrl_env, args.step_cost) if per_worker == 1 else _BatchedEnvFn(per_worker, args.step_cost)
+    )
     collector = MultiSyncCollector(
-        [_EnvFn(make_torchrl_env, args.step_cost)] * 2,
+        [make_env] * 2,
         MaskablePolicyModule(model.policy),
-        frames_per_batch=2 * args.n_steps,
+        frames_per_batch=2 * args.n_steps,  # the same rollout size as sb3-contrib's: 2 * n_steps steps
     )
     try:
         start = time.perf_counter()
@@ -150,6 +176,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--n-epochs", type=int, default=4)
     parser.add_argument("--step-cost", type=float, default=1e-3, help="seconds of CPU per env step")
+    parser.add_argument(
+        "--sb3-processes",
+        type=int,
+        default=2,
+        help="SubprocVecEnv processes (one env each) for sb3-contrib; the rollout keeps 2 * n_steps steps",
+    )
+    parser.add_argument(
+        "--envs-per-worker",
+        type=int,
+        default=1,
+        help="envs in each collector worker (a SerialEnv when above 1); the rollout keeps 2 * n_steps steps",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
 
@@ -162,11 +200,13 @@ def main(argv: list[str] | None = None) -> int:
               f"torchrl_mask MultiSyncCollector {ours[-1]:8.1f} steps/s", flush=True)  # fmt: skip
     ours_median, theirs_median = statistics.median(ours), statistics.median(theirs)
     print(
-        f"median steps/s over {args.repeats} runs of {args.total_timesteps} steps "
-        f"(2 envs, step cost {args.step_cost * 1e3:.2f} ms, n_steps={args.n_steps}, n_epochs={args.n_epochs}):\n"
-        f"  sb3-contrib MaskablePPO + SubprocVecEnv(2)        {theirs_median:8.1f}\n"
-        f"  torchrl_mask learn_from_collector + MultiSync(2)  {ours_median:8.1f}\n"
-        f"  ratio (torchrl_mask / sb3-contrib)                {ours_median / theirs_median:8.2f}x"
+        f"median steps/s over {args.repeats} runs of {args.total_timesteps} steps (step cost "
+        f"{args.step_cost * 1e3:.2f} ms, rollout of {2 * args.n_steps} steps, n_epochs={args.n_epochs}):\n"
+        f"  sb3-contrib MaskablePPO + SubprocVecEnv({args.sb3_processes} processes, 1 env each) "
+        f"{theirs_median:8.1f}\n"
+        f"  torchrl_mask learn_from_collector + MultiSync(2 workers, {args.envs_per_worker} env(s) each) "
+        f"{ours_median:8.1f}\n"
+        f"  ratio (torchrl_mask / sb3-contrib)  {ours_median / theirs_median:8.2f}x"
     )
     return 0
 

@@ -29,7 +29,7 @@ from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 from torchrl.collectors import Collector, MultiSyncCollector
 from torchrl.collectors.distributed import DistributedCollector
-from torchrl.envs import Compose, InitTracker, RenameTransform, TransformedEnv
+from torchrl.envs import Compose, InitTracker, RenameTransform, SerialEnv, TransformedEnv
 from torchrl.envs.custom import TicTacToeEnv
 
 from torchrl_mask import (
@@ -139,6 +139,12 @@ def taxi_env() -> Any:
 def invalid_discrete_env() -> Any:
     torch.set_num_threads(1)
     return masked_gym_env(StrictMask(InvalidActionEnvDiscrete(dim=8, n_invalid_actions=5), "method"))
+
+
+def two_invalid_discrete_envs() -> Any:
+    """A worker's batched env: two masked envs in one TorchRL SerialEnv, one policy call for both."""
+    torch.set_num_threads(1)
+    return SerialEnv(2, invalid_discrete_env)
 
 
 def exploding_env() -> Any:
@@ -522,6 +528,23 @@ def test_learns_from_multisync_collector_with_two_workers_and_leaves_no_process(
     learn_from_collector(model, collector, total_timesteps=192, callback=check)
     assert model.rollout_buffer.tensordict.batch_size == (2, 32)
     check.check(rollouts=3)
+    assert worker_children() == []
+
+
+def test_workers_running_batched_envs_fill_one_row_per_env() -> None:
+    """MultiSyncCollector stacks (workers, envs, T); each env becomes one row of the rollout."""
+    model = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=16, batch_size=64, n_epochs=2,
+                        learning_rate=3e-3, policy_kwargs=SMALL, seed=0)  # fmt: skip
+    collector = MultiSyncCollector(
+        [two_invalid_discrete_envs] * 2, MaskablePolicyModule(model.policy), frames_per_batch=64
+    )
+    check = PolicyWasTrained()
+    learn_from_collector(model, collector, total_timesteps=128, callback=check)
+    buffer = model.rollout_buffer
+    assert buffer.tensordict.batch_size == (4, 16)
+    check.check(rollouts=2)
+    masks, actions = buffer.tensordict["action_mask"], buffer.tensordict["action"]
+    assert allowed(actions, masks, model.action_space).all()
     assert worker_children() == []
 
 

@@ -435,7 +435,8 @@ def learn_from_collector(
     used for its spaces and SB3's bookkeeping only; it is not stepped.
 
     The collector must run :class:`MaskablePolicyModule` over ``model.policy`` with ``total_frames=-1`` or at
-    least ``total_timesteps``. Each batch ``(n_envs, T)`` (or flat ``(T,)`` from one env) is one rollout; the
+    least ``total_timesteps``. Each batch ``(n_envs, T)`` (or flat ``(T,)`` from one env, or ``(workers, envs, T)``
+    from workers that each run a batched env such as a ``SerialEnv``) is one rollout; the
     model's rollout buffer is re-made with that shape on the first batch (its class and
     ``rollout_buffer_kwargs`` kept), so ``n_steps`` is the collector's ``T``.
 
@@ -525,6 +526,8 @@ def learn_from_collector(
             batch = guarded(lambda: next(batches), collector, "collecting a batch")
             if batch.ndim == 1:
                 batch = batch.unsqueeze(0)
+            elif batch.ndim > 2:  # workers that each run a batched env: (workers, envs, T) -> (workers * envs, T)
+                batch = batch.reshape(-1, batch.shape[-1])
             if episode_starts is None:
                 episode_starts = torch.ones(batch.shape[0], dtype=torch.bool)
             module.add_next_state_value(batch)
