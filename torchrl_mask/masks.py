@@ -106,11 +106,16 @@ class MaskSpec:
         return rows if rows.dtype in (np.bool_, torch.bool) else rows != 0
 
     def _all_allowed(self, rows: MaskArray) -> bool:
-        """Whether every group of every row allows a choice: :meth:`_allowed_groups` reduced, with a shortcut
-        for one group (Discrete), where a row allows a choice iff it is not all False (two numpy calls)."""
-        if len(self.groups) == 1 and isinstance(rows, np.ndarray):
+        """Whether every group of every row allows a choice: :meth:`_allowed_groups` reduced, in as few numpy
+        calls as the layout allows (this runs on every ``add``): one group (Discrete) is a row not all False;
+        groups of 2, 4 or 8 are machine words that must all be non-zero; other groups reduce at their starts."""
+        if not isinstance(rows, np.ndarray):
+            return bool(self._allowed_groups(rows).all())
+        if len(self.groups) == 1:
             return bool(rows.any(axis=1).all())
-        return bool(self._allowed_groups(rows).all())
+        if self._uniform and self.groups[0] in _WORD:
+            return bool(np.ascontiguousarray(rows).view(_WORD[self.groups[0]][0]).all())
+        return bool(np.logical_or.reduceat(rows, self._starts, axis=1).all())
 
     def _allowed_groups(self, rows: MaskArray) -> MaskArray:
         """``(n_envs, n_groups)``: whether each group of each row allows at least one choice."""
