@@ -29,7 +29,7 @@ from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 from torchrl.collectors import Collector, MultiSyncCollector
 from torchrl.collectors.distributed import DistributedCollector
-from torchrl.envs import Compose, InitTracker, RenameTransform, SerialEnv, TransformedEnv
+from torchrl.envs import Compose, GymWrapper, InitTracker, RenameTransform, SerialEnv, TransformedEnv
 from torchrl.envs.custom import TicTacToeEnv
 
 from torchrl_mask import (
@@ -228,6 +228,16 @@ def test_masked_gym_env_steps_carry_the_envs_own_mask_as_bool() -> None:
         np.testing.assert_array_equal(mask.numpy(), expected)
 
 
+def test_masked_gym_env_without_trackers_is_the_bare_gym_wrapper_and_still_masks() -> None:
+    env = masked_gym_env(gym.make(TAXI), episode_stats=False, init_tracker=False)
+    assert isinstance(env, GymWrapper)
+    rollout = env.rollout(10)
+    assert "is_init" not in rollout
+    taxi = env._env.unwrapped
+    expected = np.stack([taxi.action_mask(int(o)) for o in rollout["observation"]]).astype(bool)
+    np.testing.assert_array_equal(rollout["action_mask"].numpy(), expected)
+
+
 # ------------------------------------------------------------------------------------- policy module
 
 
@@ -392,6 +402,12 @@ def test_extend_of_a_real_taxi_batch_matches_the_vecenv_path() -> None:
     ref.compute_returns_and_advantage(batch["next", "state_value"][:, -1], batch["next", "done"][:, -1, 0].numpy())
     np.testing.assert_allclose(ours.advantages, ref.advantages, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(ours.returns, ref.returns, rtol=1e-4, atol=1e-4)
+    # Without InitTracker (masked_gym_env(init_tracker=False)) the starts come from ("next", "done"): the same.
+    bare = MaskableRolloutBuffer(450, model.observation_space, model.action_space, "cpu", gae_lambda=0.95,
+                                 gamma=0.99)  # fmt: skip
+    bare.extend(batch.exclude("is_init"), episode_starts=torch.ones(1, dtype=torch.bool))
+    assert torch.equal(bare.tensordict["is_init"], batch["is_init"])
+    np.testing.assert_array_equal(bare.advantages, ours.advantages)
 
 
 def test_extend_takes_a_flat_env_major_batch() -> None:

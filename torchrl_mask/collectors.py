@@ -58,7 +58,7 @@ from torch import nn
 from torchrl.collectors import BaseCollector
 from torchrl.collectors.distributed import DistributedSyncCollector
 from torchrl.data import Binary, Composite
-from torchrl.envs import Compose, GymWrapper, InitTracker, RewardSum, StepCounter, TransformedEnv
+from torchrl.envs import Compose, EnvBase, GymWrapper, InitTracker, RewardSum, StepCounter, TransformedEnv
 from torchrl.envs.gym_like import default_info_dict_reader
 
 from torchrl_mask import storage as st
@@ -168,7 +168,8 @@ def masked_gym_env(
     key: str = ACTION_MASK,
     device: torch.device | str | None = None,
     episode_stats: bool = True,
-) -> TransformedEnv:
+    init_tracker: bool = True,
+) -> EnvBase:
     """A TorchRL env over a masked gymnasium env, with a bool ``"action_mask"`` in every step's TensorDict.
 
     The env is wrapped in :class:`ActionMaskInInfo` and TorchRL's ``GymWrapper`` (Discrete actions as indices),
@@ -184,6 +185,10 @@ def masked_gym_env(
     :param key: the mask's name in ``info`` or in the Dict observation.
     :param device: the TorchRL env's device; None leaves tensors on the CPU.
     :param episode_stats: track each episode's return and length (two transforms, a little time per step).
+    :param init_tracker: add ``"is_init"`` (TorchRL's ``InitTracker``, for recurrent policies and TorchRL's own
+        losses). :func:`learn_from_collector` does not need it (it derives episode starts from
+        ``("next", "done")``); without it and without ``episode_stats`` the env is the bare ``GymWrapper``, which
+        measured about 0.15 ms less per step here.
     :return: the TorchRL env; ``"action_mask"`` has shape ``(mask_dims,)``, dtype ``torch.bool``.
     """
     masked = ActionMaskInInfo(env, source=source, key=key)
@@ -192,8 +197,10 @@ def masked_gym_env(
     wrapped.set_info_dict_reader(
         default_info_dict_reader([ACTION_MASK], spec=Composite({ACTION_MASK: Binary(n=size, dtype=torch.bool)}))
     )
-    stats = [RewardSum(), StepCounter()] if episode_stats else []
-    return TransformedEnv(wrapped, Compose(InitTracker(), *stats))
+    transforms = [InitTracker()] if init_tracker else []
+    if episode_stats:
+        transforms += [RewardSum(), StepCounter()]
+    return TransformedEnv(wrapped, Compose(*transforms)) if transforms else wrapped
 
 
 # ----------------------------------------------------------------------------------------- the policy
