@@ -42,6 +42,7 @@ from tensordict.utils import NestedKey
 from torchrl_mask import storage as st
 from torchrl_mask.advantage import GaeMethod, bootstrap_inputs, generalized_advantage
 from torchrl_mask.masks import MaskSpec, mask_spec
+from torchrl_mask.minibatches import minibatch_columns
 from torchrl_mask.sb3_arrays import ArrayLike, SB3Array, float_masks, to_numpy
 
 __all__ = [
@@ -50,12 +51,6 @@ __all__ = [
     "MaskableRolloutBuffer",
     "MaskableRolloutBufferSamples",
 ]
-
-# Leaves of at most this many bytes are shuffled once per epoch into one contiguous copy that minibatches
-# slice (no per-minibatch call); larger leaves (images, big masks) are gathered per minibatch, so the extra
-# memory of an epoch stays about one minibatch. Measured: at 64 KiB the per-epoch copies of the image
-# workload cost under 0.1 MiB, while the small-vector workload still slices every leaf.
-PER_EPOCH_LEAF_BYTES = 64 * 1024
 
 
 class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
@@ -473,59 +468,13 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         return flat
 
     def _minibatches(self, indices: np.ndarray, batch_size: int) -> Generator[Any, None, None]:
-        # One column per namedtuple field, each an iterable of minibatch rows. Small leaves: one gather for
-        # the epoch, then every minibatch is a slice of it. Large leaves (images, big masks): gathered when the
-        # minibatch is asked for, so memory stays at one minibatch. Masks become float32 per minibatch
-        # (float32 is 4x the bool bytes).
-        flat = self._flat_leaves()
-        total = len(indices)
-        epoch_wide = [tensor.numel() * tensor.element_size() <= PER_EPOCH_LEAF_BYTES or batch_size >= total
-                      for tensor in flat]  # fmt: skip
-        columns = (self._host_columns if self._host else self._device_columns)(flat, epoch_wide, indices, batch_size)
-        # map() over the columns, not zip(): zip keeps its first result tuple alive while the caller holds a
-        # minibatch, one more image minibatch in memory for the whole epoch (measured: +250 KiB).
-        yield from map(self._samples_from_rows, *columns)
+        columns = minibatch_columns(self._flat_leaves(), indices, batch_size, host=self._host)
+        yield from map(self._samples_from_rows, *columns)  # map, not zip: see torchrl_mask.minibatches
 
     def _samples_from_rows(self, *rows: torch.Tensor) -> Any:
         """The namedtuple of one minibatch's rows, given in :meth:`_flat_leaves` order."""
         n_obs = len(self._obs_leaves)
         return self._samples_type(self._pack_observations(rows[:n_obs]), *rows[n_obs:])
-
-    @staticmethod
-    def _host_columns(
-        flat: list[torch.Tensor], epoch_wide: list[bool], indices: np.ndarray, batch_size: int
-    ) -> list[Any]:
-        """Minibatch columns on the host, gathered with numpy: ``np.take`` and slicing cost a fraction of
-        torch's ``index_select`` and views at these sizes (measured: about a third less time per epoch).
-        Each minibatch tensor shares the memory of the array numpy gathered."""
-        bounds = [slice(start, start + batch_size) for start in range(0, len(indices), batch_size)]
-        chunks = [indices[bound] for bound in bounds]
-        columns: list[Any] = []
-        for tensor, wide in zip(flat, epoch_wide, strict=True):
-            array = tensor.numpy()
-            if wide:
-                shuffled = np.take(array, indices, axis=0)
-                columns.append([shuffled[bound] for bound in bounds])
-            else:
-                columns.append(map(functools.partial(np.take, array, axis=0), chunks))
-        columns[-1] = map(_float32, columns[-1])
-        return [map(torch.from_numpy, column) for column in columns]
-
-    @staticmethod
-    def _device_columns(
-        flat: list[torch.Tensor], epoch_wide: list[bool], indices: np.ndarray, batch_size: int
-    ) -> list[Any]:
-        """Minibatch columns on an accelerator, gathered with ``index_select`` on the device."""
-        index = torch.from_numpy(indices).to(flat[0].device)
-        chunks = index.split(batch_size)
-        columns: list[Any] = [
-            tensor.index_select(0, index).split(batch_size)
-            if wide
-            else map(functools.partial(torch.index_select, tensor, 0), chunks)
-            for tensor, wide in zip(flat, epoch_wide, strict=True)
-        ]
-        columns[-1] = map(float_masks, columns[-1])
-        return columns
 
     def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> Any:
         """The minibatch of the given env-major flat indices (SB3's hook behind ``sample``).
@@ -630,10 +579,6 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
     @functools.cached_property
     def _flat_keys(self) -> list[str]:
         return [path[0] for path in self._obs_paths]
-
-
-def _float32(masks: np.ndarray) -> np.ndarray:
-    return masks.astype(np.float32)
 
 
 def _leaf_names(obs: Mapping[str, Any], prefix: str = "") -> list[str]:
