@@ -16,13 +16,8 @@ if TYPE_CHECKING:
         MaskableRolloutBuffer,
         MaskableRolloutBufferSamples,
     )
-    from torchrl_mask.collectors import (
-        ActionMaskInInfo,
-        CollectorFailed,
-        MaskablePolicyModule,
-        learn_from_collector,
-        masked_gym_env,
-    )
+    from torchrl_mask.collectors import CollectorFailed, MaskablePolicyModule, learn_from_collector
+    from torchrl_mask.envs import ActionMaskInInfo, masked_gym_env
     from torchrl_mask.ppo import MaskablePPO
 
 __version__ = "0.1.0"
@@ -33,11 +28,11 @@ _HOMES = {
     "MaskableRolloutBuffer": "torchrl_mask.buffers",
     "MaskableRolloutBufferSamples": "torchrl_mask.buffers",
     "MaskablePPO": "torchrl_mask.ppo",
-    "ActionMaskInInfo": "torchrl_mask.collectors",
+    "ActionMaskInInfo": "torchrl_mask.envs",
     "CollectorFailed": "torchrl_mask.collectors",
     "MaskablePolicyModule": "torchrl_mask.collectors",
     "learn_from_collector": "torchrl_mask.collectors",
-    "masked_gym_env": "torchrl_mask.collectors",
+    "masked_gym_env": "torchrl_mask.envs",
 }
 
 __all__ = [

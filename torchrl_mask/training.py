@@ -36,7 +36,8 @@ from torchrl.collectors import BaseCollector, Collector, MultiSyncCollector
 from torchrl.envs import SerialEnv, TransformedEnv
 
 from torchrl_mask.cli import TrainConfig, UsageError
-from torchrl_mask.collectors import ActionMaskInInfo, MaskablePolicyModule, learn_from_collector, masked_gym_env
+from torchrl_mask.collectors import MaskablePolicyModule, learn_from_collector
+from torchrl_mask.envs import ActionMaskInInfo, masked_gym_env
 from torchrl_mask.masks import mask_spec
 from torchrl_mask.ppo import MaskablePPO
 
@@ -80,7 +81,7 @@ class InfoActionMasker(ActionMasker):
     gymnasium's convention (``Taxi-v4``, ``CliffWalking``...) puts the mask of the new state in
     ``info["action_mask"]`` after ``reset`` and ``step``. This wrapper keeps the last one and serves it through
     ``action_masks()``, which MaskablePPO calls each step. :func:`make_masked_env` puts
-    :class:`~torchrl_mask.collectors.ActionMaskInInfo` beneath it, which brings the other conventions (an
+    :class:`~torchrl_mask.envs.ActionMaskInInfo` beneath it, which brings the other conventions (an
     ``action_masks()`` method, an entry of a Dict observation) into ``info``, as the collectors see them.
 
     :param env: the env to wrap; its ``info`` must hold ``"action_mask"`` after every ``reset`` and ``step``.
@@ -175,9 +176,9 @@ def mask_source(env: gym.Env) -> MaskSource:
 def make_masked_env(env_id: str) -> InfoActionMasker:
     """Make a gymnasium env whose masks MaskablePPO reads through ``action_masks()``, whatever the convention.
 
-    The env is wrapped in :class:`~torchrl_mask.collectors.ActionMaskInInfo` (the mask, wherever the env keeps
+    The env is wrapped in :class:`~torchrl_mask.envs.ActionMaskInInfo` (the mask, wherever the env keeps
     it, goes to ``info["action_mask"]``; an entry of a Dict observation leaves the observation) and
-    :class:`InfoActionMasker`: the observation space is the one :func:`~torchrl_mask.collectors.masked_gym_env`
+    :class:`InfoActionMasker`: the observation space is the one :func:`~torchrl_mask.envs.masked_gym_env`
     gives TorchRL's collectors.
 
     :param env_id: a registered gymnasium id (``module:Id`` imports ``module`` first).
