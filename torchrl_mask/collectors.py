@@ -52,13 +52,14 @@ from torchrl.collectors.distributed import DistributedSyncCollector
 
 from torchrl_mask import storage as st
 from torchrl_mask.buffers import MaskableRolloutBuffer
-from torchrl_mask.envs import ActionMaskInInfo, MaskSource, masked_gym_env
+from torchrl_mask.envs import ActionMaskInInfo, ActionMaskInObservation, MaskSource, masked_gym_env
 from torchrl_mask.masks import mask_spec
 from torchrl_mask.workers import CollectorFailed, guarded
 from torchrl_mask.workers import shutdown as shutdown_collector
 
 __all__ = [
     "ActionMaskInInfo",
+    "ActionMaskInObservation",
     "CollectorFailed",
     "MaskSource",
     "MaskablePolicyModule",
@@ -86,6 +87,31 @@ def default_observation_keys(observation_space: spaces.Space) -> list[NestedKey]
     """
     paths = st.observation_leaves(observation_space)
     return [(path if len(path) > 1 else path[0]) if path else st.OBSERVATION for path in paths]
+
+
+# sb3-contrib's MaskableCategorical sets the logits of masked choices to this before normalising them.
+_MASKED_LOGIT = -1e8
+
+
+def _sample(logits: torch.Tensor, mask: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """One masked categorical per row: the action ``(B, 1)`` and its log-probability ``(B, 1)``.
+
+    Sampling is the exponential race (``argmax(p / E)``, ``E ~ Exp(1)``), an exact draw from ``p`` in three small
+    ops where ``torch.multinomial`` validates its input first (two to four times the cost on one row). Masked
+    choices are kept out explicitly (they would need ``p = 0`` and ``E = 0`` together to win, but never can).
+
+    :param logits: masked logits ``(B, n)``.
+    :param mask: ``(B, n)`` bool, True where the choice is allowed; at least one per row.
+    :param deterministic: take the most likely choice instead of sampling.
+    """
+    log_pmf = logits.log_softmax(-1)
+    probs = log_pmf.exp()
+    if deterministic:
+        action = probs.argmax(-1, keepdim=True)
+    else:
+        race = torch.where(mask, probs / torch.empty_like(probs).exponential_(), -1.0)
+        action = race.argmax(-1, keepdim=True)
+    return action, log_pmf.gather(-1, action)
 
 
 class _SB3Forward(nn.Module):
@@ -136,15 +162,17 @@ class _SB3Forward(nn.Module):
             latent_pi = policy.mlp_extractor.forward_actor(pi_features)
             latent_vf = policy.mlp_extractor.forward_critic(vf_features)
         values = policy.value_net(latent_vf)
-        logits = policy.action_net(latent_pi)
-        logits = torch.where(mask, logits, torch.tensor(-1e8, dtype=logits.dtype, device=logits.device))
+        logits = policy.action_net(latent_pi).masked_fill(~mask, _MASKED_LOGIT)
+        if len(self._groups) == 1:  # Discrete: no split and concatenation (a few us each on one row)
+            action, log_prob = _sample(logits, mask, deterministic)
+            return action, values, log_prob[:, 0]
         actions, log_probs = [], []
-        for group_logits in logits.split(self._groups, dim=-1):
-            log_pmf = group_logits.log_softmax(-1)
-            probs = log_pmf.exp()
-            action = probs.argmax(-1, keepdim=True) if deterministic else torch.multinomial(probs, 1)
+        for group_logits, group_mask in zip(
+            logits.split(self._groups, dim=-1), mask.split(self._groups, dim=-1), strict=True
+        ):
+            action, log_prob = _sample(group_logits, group_mask, deterministic)
             actions.append(action)
-            log_probs.append(log_pmf.gather(-1, action))
+            log_probs.append(log_prob)
         return torch.cat(actions, dim=-1), values, torch.cat(log_probs, dim=-1).sum(-1)
 
     def _observation(self, leaves: Sequence[torch.Tensor]) -> Any:
