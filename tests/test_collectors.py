@@ -31,9 +31,11 @@ from torchrl.collectors import Collector, MultiSyncCollector
 from torchrl.collectors.distributed import DistributedCollector
 from torchrl.envs import Compose, GymWrapper, InitTracker, RenameTransform, SerialEnv, TransformedEnv
 from torchrl.envs.custom import TicTacToeEnv
+from torchrl.envs.utils import check_env_specs
 
 from torchrl_mask import (
     ActionMaskInInfo,
+    ActionMaskInObservation,
     CollectorFailed,
     MaskablePolicyModule,
     MaskablePPO,
@@ -216,8 +218,39 @@ def test_action_mask_in_info_without_a_mask_names_the_sources() -> None:
         env.reset(seed=0)
 
 
+def test_action_mask_in_observation_adds_each_conventions_mask_as_a_flat_bool_entry() -> None:
+    method = ActionMaskInObservation(InvalidActionEnvMultiDiscrete(dims=[3, 4], n_invalid_actions=3))
+    obs, _ = method.reset(seed=0)
+    assert method.source == "method"
+    assert sorted(method.observation_space.spaces) == ["action_mask", "observation"]
+    assert obs["action_mask"].dtype == bool and obs["action_mask"].shape == (7,)
+    np.testing.assert_array_equal(obs["action_mask"], method.env.action_masks())
+    assert method.observation_space.contains({**obs, "action_mask": obs["action_mask"].astype(np.int8)})
+
+    taxi = ActionMaskInObservation(gym.make(TAXI))
+    obs, _ = taxi.reset(seed=0)
+    assert taxi.source == "info"
+    np.testing.assert_array_equal(obs["action_mask"], taxi.unwrapped.action_mask(obs["observation"]).astype(bool))
+    obs, _, _, _, info = taxi.step(int(np.flatnonzero(obs["action_mask"])[0]))
+    np.testing.assert_array_equal(obs["action_mask"], info["action_mask"].astype(bool))
+
+    dict_env = ActionMaskInObservation(DictWithMask(InvalidActionEnvDiscrete(dim=6, n_invalid_actions=4)))
+    obs, _ = dict_env.reset(seed=0)
+    assert dict_env.source == "observation"
+    assert sorted(obs) == ["action_mask", "clock", "position"]
+    assert obs["action_mask"].dtype == bool  # the env's own entry is int8
+    np.testing.assert_array_equal(obs["action_mask"], dict_env.unwrapped.action_masks())
+
+
+def test_action_mask_in_observation_refuses_an_action_mask_entry_it_does_not_read() -> None:
+    env = DictWithMask(InvalidActionEnvDiscrete(dim=6, n_invalid_actions=4))
+    with pytest.raises(ValueError, match=r"already has an 'action_mask' entry.*source='method'.*rename"):
+        ActionMaskInObservation(env, source="method")
+
+
 def test_masked_gym_env_steps_carry_the_envs_own_mask_as_bool() -> None:
     env = masked_gym_env(gym.make(TAXI))
+    check_env_specs(env)  # the bool mask entry is in the observation spec, and the steps match the specs
     rollout = env.rollout(30)
     assert rollout["action_mask"].dtype == torch.bool
     assert rollout["action_mask"].shape == (30, 6)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
         MaskableRolloutBufferSamples,
     )
     from torchrl_mask.collectors import CollectorFailed, MaskablePolicyModule, learn_from_collector
-    from torchrl_mask.envs import ActionMaskInInfo, masked_gym_env
+    from torchrl_mask.envs import ActionMaskInInfo, ActionMaskInObservation, masked_gym_env
     from torchrl_mask.ppo import MaskablePPO
 
 __version__ = "0.1.0"
@@ -29,6 +29,7 @@ _HOMES = {
     "MaskableRolloutBufferSamples": "torchrl_mask.buffers",
     "MaskablePPO": "torchrl_mask.ppo",
     "ActionMaskInInfo": "torchrl_mask.envs",
+    "ActionMaskInObservation": "torchrl_mask.envs",
     "CollectorFailed": "torchrl_mask.collectors",
     "MaskablePolicyModule": "torchrl_mask.collectors",
     "learn_from_collector": "torchrl_mask.collectors",
@@ -37,6 +38,7 @@ _HOMES = {
 
 __all__ = [
     "ActionMaskInInfo",
+    "ActionMaskInObservation",
     "CollectorFailed",
     "MaskableDictRolloutBuffer",
     "MaskableDictRolloutBufferSamples",
