@@ -324,6 +324,41 @@ def test_policy_module_samples_sb3_contribs_masked_distribution(env: gym.Env) ->
         torch.testing.assert_close(freq, probs, atol=0.025, rtol=0.0)
 
 
+def test_policy_module_fast_call_writes_what_tensordict_modules_forward_writes() -> None:
+    env = InvalidActionEnvMultiDiscrete(dims=[3, 4], n_invalid_actions=3)
+    module = MaskablePolicyModule(MaskablePPO("MlpPolicy", env, policy_kwargs=SMALL, seed=0).policy)
+    rng = np.random.default_rng(1)
+    td = TensorDict({"observation": torch.as_tensor(rng.integers(0, [3, 4], size=(5, 2))),
+                     "action_mask": torch.as_tensor(rng.random((5, 7)) < 0.6) | torch.eye(1, 7, dtype=torch.bool)},
+                    [5])  # fmt: skip
+    td["action_mask"][:, 3] = True
+    with set_interaction_type(InteractionType.DETERMINISTIC):
+        fast = module(td.clone())
+        general = module(td.clone(), tensordict_out=td.clone())  # TensorDictModule's own forward
+    for key in ("action", "action_log_prob", "state_value"):
+        torch.testing.assert_close(fast[key], general[key], rtol=0, atol=0)
+    module.select_out_keys("action")
+    assert "state_value" not in module(td.clone()) and "action" in module(td.clone())
+
+
+def test_policy_module_runs_forward_hooks_on_the_policys_layers() -> None:
+    model = MaskablePPO("MlpPolicy", gym.make(TAXI), policy_kwargs=SMALL, seed=0)
+    module = MaskablePolicyModule(model.policy)
+    td = TensorDict({"observation": torch.tensor(3), "action_mask": torch.ones(6, dtype=torch.bool)}, [])
+    module(td)  # the layers are found without hooks: they then run without nn.Module.__call__
+    seen: list[tuple[int, ...]] = []
+    handle = model.policy.mlp_extractor.policy_net[0].register_forward_hook(
+        lambda _module, _inputs, output: seen.append(tuple(output.shape))
+    )
+    try:
+        module(td)
+    finally:
+        handle.remove()
+    assert seen == [(1, 16)]
+    module(td)
+    assert seen == [(1, 16)]
+
+
 def test_policy_module_rejects_wrong_number_of_observation_keys() -> None:
     policy = MaskablePPO("MlpPolicy", gym.make(TAXI), policy_kwargs=SMALL).policy
     with pytest.raises(ValueError, match=r"observation_keys has 2 keys.*1 leaves"):
