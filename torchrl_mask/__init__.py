@@ -16,8 +16,9 @@ if TYPE_CHECKING:
         MaskableRolloutBuffer,
         MaskableRolloutBufferSamples,
     )
-    from torchrl_mask.collectors import CollectorFailed, MaskablePolicyModule, learn_from_collector
+    from torchrl_mask.collectors import CollectorFailed, learn_from_collector
     from torchrl_mask.envs import ActionMaskInInfo, ActionMaskInObservation, masked_gym_env
+    from torchrl_mask.policy import MaskablePolicyModule
     from torchrl_mask.ppo import MaskablePPO
 
 __version__ = "0.1.0"
@@ -31,7 +32,7 @@ _HOMES = {
     "ActionMaskInInfo": "torchrl_mask.envs",
     "ActionMaskInObservation": "torchrl_mask.envs",
     "CollectorFailed": "torchrl_mask.collectors",
-    "MaskablePolicyModule": "torchrl_mask.collectors",
+    "MaskablePolicyModule": "torchrl_mask.policy",
     "learn_from_collector": "torchrl_mask.collectors",
     "masked_gym_env": "torchrl_mask.envs",
 }

@@ -368,10 +368,10 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         - the observation: ``observation_keys``, one per leaf of the observation space;
         - ``"action"`` (``(*B,)`` or ``(*B, action_dim)``), ``"action_mask"`` (``(*B, mask_dims)``),
           ``"state_value"`` (``(*B, 1)``), ``"action_log_prob"`` (``(*B,)``), as
-          :class:`torchrl_mask.collectors.MaskablePolicyModule` writes them;
+          :class:`torchrl_mask.policy.MaskablePolicyModule` writes them;
         - ``reward_key``, ``("next", "done")``, ``("next", "terminated")`` (``(*B, 1)``), as the env writes them;
         - ``("next", "state_value")`` (``(*B, 1)``): ``V`` of ``("next", observation)``, read where not
-          terminated (:meth:`torchrl_mask.collectors.MaskablePolicyModule.add_next_state_value` writes it);
+          terminated (:meth:`torchrl_mask.policy.MaskablePolicyModule.add_next_state_value` writes it);
         - ``"is_init"`` (``(*B, 1)``, TorchRL's ``InitTracker``) when present; else the episode starts are
           derived from ``("next", "done")`` and ``episode_starts``;
         - ``("collector", "traj_ids")`` when present, to check that each row is one env's steps in order.

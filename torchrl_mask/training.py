@@ -36,9 +36,10 @@ from torchrl.collectors import BaseCollector, Collector, MultiSyncCollector
 from torchrl.envs import SerialEnv, TransformedEnv
 
 from torchrl_mask.cli import TrainConfig, UsageError
-from torchrl_mask.collectors import MaskablePolicyModule, learn_from_collector
+from torchrl_mask.collectors import learn_from_collector
 from torchrl_mask.envs import ActionMaskInInfo, masked_gym_env
 from torchrl_mask.masks import mask_spec
+from torchrl_mask.policy import MaskablePolicyModule
 from torchrl_mask.ppo import MaskablePPO
 
 __all__ = [
