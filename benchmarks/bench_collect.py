@@ -19,7 +19,7 @@ Steps per second count env steps over the whole ``learn`` (collection and traini
 excluded on both sides. Runs alternate between the two; the medians and the median of each repeat's ratio
 (both runs of a repeat see the same machine) are printed.
 
-Run: ``python benchmarks/bench_collect.py [--repeats 3] [--total-timesteps 4096] [--n-steps 512]``.
+Run: ``python benchmarks/bench_collect.py [--repeats 11] [--total-timesteps 4096] [--n-steps 512]``.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     :return: the exit status, 0.
     """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--total-timesteps", type=int, default=4096)
     parser.add_argument("--n-steps", type=int, default=512, help="steps per env per rollout")
     parser.add_argument("--batch-size", type=int, default=256)

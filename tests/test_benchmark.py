@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -33,3 +36,20 @@ def test_bench_refuses_cuda_without_a_gpu_in_one_line(capsys):
         benchmark.main(["--device", "cuda"])
     assert info.value.code == 2
     assert "no CUDA device is visible here" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_collection_benchmark_script_runs_both_sides_and_reports_their_ratio():
+    # benchmarks/bench_collect.py as a user runs it: real SubprocVecEnv and MultiSyncCollector worker processes.
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_collect.py"
+    args = ["--repeats", "1", "--total-timesteps", "256", "--n-steps", "64", "--batch-size", "64", "--n-epochs", "1",
+            "--step-cost", "0"]  # fmt: skip
+    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = re.search(r"run 0: sb3-contrib SubprocVecEnv +([\d.]+) steps/s +torchrl_mask MultiSyncCollector +([\d.]+) "
+                    r"steps/s +ratio ([\d.]+)x", done.stdout)  # fmt: skip
+    assert run is not None, done.stdout
+    theirs, ours, ratio = (float(group) for group in run.groups())
+    assert theirs > 0 and ours > 0
+    assert ratio == pytest.approx(ours / theirs, abs=0.01)
+    assert "median of the runs' ratios" in done.stdout
