@@ -155,6 +155,9 @@ def run_torchrl_mask(args: argparse.Namespace) -> float:
         [make_env] * 2,
         MaskablePolicyModule(model.policy),
         frames_per_batch=2 * args.n_steps,  # the same rollout size as sb3-contrib's: 2 * n_steps steps
+        # The envs have no InitTracker on purpose: learn_from_collector needs no "is_init". Said explicitly, as
+        # TorchRL 0.14 warns and 0.15 would add InitTracker to every env (its check assumes policies need it).
+        auto_register_policy_transforms=False,
     )
     try:
         start = time.perf_counter()

@@ -531,13 +531,7 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
         return self._nest(arrays)
 
     def _nest(self, items: Sequence[Any]) -> dict[str, Any]:
-        nested: dict[str, Any] = {}
-        for path, item in zip(self._obs_paths, items, strict=True):
-            node = nested
-            for key in path[:-1]:
-                node = node.setdefault(key, {})
-            node[path[-1]] = item
-        return nested
+        return st.nest_leaves(self._obs_paths, items)
 
     @functools.cached_property
     def _top_keys(self) -> set[str] | None:

@@ -207,13 +207,7 @@ class _SB3Forward(nn.Module):
         flat = [leaf.reshape(-1, *shape) for leaf, shape in zip(leaves, self._shapes, strict=True)]
         if self._paths == [()]:
             return flat[0]
-        nested: dict[str, Any] = {}
-        for path, leaf in zip(self._paths, flat, strict=True):
-            node = nested
-            for key in path[:-1]:
-                node = node.setdefault(key, {})
-            node[path[-1]] = leaf
-        return nested
+        return st.nest_leaves(self._paths, flat)
 
     def value(self, leaves: Sequence[torch.Tensor]) -> torch.Tensor:
         return self.policy.predict_values(self._observation(leaves))

@@ -125,6 +125,22 @@ def observation_leaves(space: spaces.Space) -> dict[tuple[str, ...], spaces.Spac
     return leaves
 
 
+def nest_leaves(paths: Sequence[tuple[str, ...]], leaves: Sequence[Any]) -> dict[str, Any]:
+    """Nested dicts of ``leaves`` at their key ``paths`` (the inverse of :func:`observation_leaves`' flattening).
+
+    :param paths: each leaf's key path, as :func:`observation_leaves` gives them (non-empty paths).
+    :param leaves: one item per path (arrays, tensors, anything).
+    :return: ``{key: {subkey: leaf}}`` and so on, in the paths' order.
+    """
+    nested: dict[str, Any] = {}
+    for path, leaf in zip(paths, leaves, strict=True):
+        node = nested
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = leaf
+    return nested
+
+
 def action_shape(action_space: spaces.Space) -> tuple[int, ...]:
     """Shape of one stored action, as TorchRL's specs shape it: ``()`` for Discrete (a categorical index),
     ``(len(nvec),)`` for MultiDiscrete, ``(n,)`` for MultiBinary. SB3's view adds the trailing 1 for Discrete.
