@@ -43,6 +43,7 @@ from torchrl_mask import (
     learn_from_collector,
     masked_gym_env,
 )
+from torchrl_mask import policy as policy_module
 from torchrl_mask.masks import mask_spec
 
 TAXI = "Taxi-v4"  # gymnasium 1.4 retired Taxi-v3; v4 keeps info["action_mask"]
@@ -357,6 +358,25 @@ def test_policy_module_runs_forward_hooks_on_the_policys_layers() -> None:
     assert seen == [(1, 16)]
     module(td)
     assert seen == [(1, 16)]
+
+
+def test_policy_module_runs_global_forward_hooks_and_falls_back_when_torch_moves_its_hooks(monkeypatch) -> None:
+    model = MaskablePPO("MlpPolicy", gym.make(TAXI), policy_kwargs=SMALL, seed=0)
+    module = MaskablePolicyModule(model.policy)
+    td = TensorDict({"observation": torch.tensor(3), "action_mask": torch.ones(6, dtype=torch.bool)}, [])
+    linear_calls: list[int] = []
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda layer, _inputs, _output: linear_calls.append(1) if isinstance(layer, torch.nn.Linear) else None
+    )
+    try:
+        module(td)
+    finally:
+        handle.remove()
+    assert len(linear_calls) == 4  # actor and critic layers, value and action heads
+    # Hook registries this module does not find mean "hooked": nn.Module.__call__, never a path that skips a hook.
+    monkeypatch.setattr(policy_module, "_GLOBAL_HOOKS", [None, None])
+    monkeypatch.setattr(policy_module, "_through", lambda *_: pytest.fail("took the path that skips hooks"))
+    assert module(td)["action_mask"][module(td)["action"]]
 
 
 def test_policy_module_rejects_wrong_number_of_observation_keys() -> None:

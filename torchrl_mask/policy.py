@@ -101,14 +101,22 @@ def _sequence(module: nn.Module) -> list[nn.Module] | None:
     return layers if plain else None
 
 
+# Where torch keeps forward hooks (private names, stable for years). Should a release move them, the lookups
+# below see "hooked" and the policy takes nn.Module.__call__, never a path that would skip a hook.
+_GLOBAL_HOOKS = [getattr(nn.modules.module, f"_global_forward{kind}hooks", None) for kind in ("_", "_pre_")]
+_LAYER_HOOKS = ("_forward_hooks", "_forward_pre_hooks")
+
+
 def _hooked(plain: _PlainLayers) -> bool:
-    """Whether a forward hook is registered on any of the layers, their containers, or globally."""
-    if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
+    """Whether a forward hook is registered on any of the layers, their containers, or globally (or whether
+    torch keeps them somewhere else than this module knows)."""
+    if any(hooks is None or hooks for hooks in _GLOBAL_HOOKS):
         return True
     return any(
-        module._forward_hooks or module._forward_pre_hooks
+        getattr(module, name, True)
         for group in (plain.pi, plain.vf, plain.value, plain.action, plain.containers)
         for module in group
+        for name in _LAYER_HOOKS
     )
 
 
