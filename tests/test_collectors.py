@@ -226,7 +226,7 @@ def test_action_mask_in_observation_adds_each_conventions_mask_as_a_flat_bool_en
     assert sorted(method.observation_space.spaces) == ["action_mask", "observation"]
     assert obs["action_mask"].dtype == bool and obs["action_mask"].shape == (7,)
     np.testing.assert_array_equal(obs["action_mask"], method.env.action_masks())
-    assert method.observation_space.contains({**obs, "action_mask": obs["action_mask"].astype(np.int8)})
+    assert method.observation_space.contains(obs)
 
     taxi = ActionMaskInObservation(gym.make(TAXI))
     obs, _ = taxi.reset(seed=0)

@@ -208,7 +208,7 @@ class _SB3Forward(nn.Module):
             self._plain = None
             if len(found) == len(modules):
                 pi, vf, value, action = found
-                self._plain = _PlainLayers(pi, vf, value, action, [extractor, *modules[:2]])
+                self._plain = _PlainLayers(pi, vf, value, action, [extractor, *modules])
         return self._plain if isinstance(self._plain, _PlainLayers) else None
 
     def _observation(self, leaves: Sequence[torch.Tensor]) -> Any:
