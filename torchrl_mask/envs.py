@@ -144,8 +144,8 @@ class ActionMaskInObservation(_MaskReader):
         self.observation_space = spaces.Dict({**entries, ACTION_MASK: spaces.MultiBinary(self._mask_size)})
 
     def _with_mask(self, obs: Any, info: dict[str, Any]) -> dict[str, Any]:
-        obs, mask = self._read(obs, info)
-        entries = dict(obs) if self._is_dict else {st.OBSERVATION: obs}
+        obs, mask = self._read(obs, info)  # a fresh dict already when the mask came out of it
+        entries = (obs if self.source == "observation" else dict(obs)) if self._is_dict else {st.OBSERVATION: obs}
         entries[ACTION_MASK] = mask
         return entries
 

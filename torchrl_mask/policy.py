@@ -88,7 +88,7 @@ class _PlainLayers(NamedTuple):
     vf: list[nn.Module]
     value: list[nn.Module]
     action: list[nn.Module]
-    containers: list[nn.Module]
+    watched: tuple[nn.Module, ...]  # every module above and its containers, once each: where hooks would be
 
 
 def _sequence(module: nn.Module) -> list[nn.Module] | None:
@@ -112,12 +112,7 @@ def _hooked(plain: _PlainLayers) -> bool:
     torch keeps them somewhere else than this module knows)."""
     if any(hooks is None or hooks for hooks in _GLOBAL_HOOKS):
         return True
-    return any(
-        getattr(module, name, True)
-        for group in (plain.pi, plain.vf, plain.value, plain.action, plain.containers)
-        for module in group
-        for name in _LAYER_HOOKS
-    )
+    return any(getattr(module, name, True) for module in plain.watched for name in _LAYER_HOOKS)
 
 
 def _through(layers: list[nn.Module], x: torch.Tensor) -> torch.Tensor:
@@ -208,7 +203,8 @@ class _SB3Forward(nn.Module):
             self._plain = None
             if len(found) == len(modules):
                 pi, vf, value, action = found
-                self._plain = _PlainLayers(pi, vf, value, action, [extractor, *modules])
+                watched = tuple(dict.fromkeys([extractor, *modules, *pi, *vf, *value, *action]))
+                self._plain = _PlainLayers(pi, vf, value, action, watched)
         return self._plain if isinstance(self._plain, _PlainLayers) else None
 
     def _observation(self, leaves: Sequence[torch.Tensor]) -> Any:
