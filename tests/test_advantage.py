@@ -5,17 +5,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 from helpers import ACTION_SPACES, OBS_SPACES, fill_pair, make_pair
+from sb3_contrib.common.maskable import buffers as sb3c
 from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
-from torchrl_mask.advantage import bootstrap_inputs, choose_gae_method, generalized_advantage
+from torchrl_mask import MaskableRolloutBuffer
+from torchrl_mask.advantage import bootstrap_inputs, generalized_advantage, resolve_gae_method
 
 
-@pytest.mark.parametrize("method", ["loop", "vec"])
+@pytest.mark.parametrize("method", ["exact", "fast", "loop", "vec"])
 def test_gae_by_hand_two_envs_with_an_episode_boundary(method):
     # env 0: rewards 1, 2, 3 with V = 0.5 everywhere, episode ends after step 1 (obs 2 starts a new one);
     # env 1: rewards 0, 0, 1, V = 0, the rollout ends mid-episode with V(s_3) = 4.
@@ -32,23 +35,115 @@ def test_gae_by_hand_two_envs_with_an_episode_boundary(method):
     torch.testing.assert_close(ret, expected + values)
 
 
-@pytest.mark.parametrize("n_envs", [1, 4, 64])
-def test_auto_choice_is_loop_or_vec_and_both_agree(n_envs):
-    method = choose_gae_method(n_envs, 512, 0.99, 0.95, torch.device("cpu"))
-    assert method in ("loop", "vec")
-    g = torch.Generator().manual_seed(n_envs)
-    values, rewards = torch.randn(n_envs, 50, 1, generator=g), torch.randn(n_envs, 50, 1, generator=g)
-    done = torch.rand(n_envs, 50, 1, generator=g) < 0.05
-    next_values = torch.randn(n_envs, 50, 1, generator=g)
-    loop = generalized_advantage(rewards, values, next_values, done, 0.99, 0.95, method="loop")
-    vec = generalized_advantage(rewards, values, next_values, done, 0.99, 0.95, method="vec")
-    torch.testing.assert_close(loop, vec, rtol=1e-5, atol=1e-5)
+def random_rollout(n_envs: int, steps: int, pattern: str, seed: int) -> dict[str, torch.Tensor]:
+    """GAE inputs with a done pattern: none, ~1% uniform, mixed (env 0 long, others end every ~20 steps), random.
+
+    About a third of the ends are truncations (done but not terminated), as a TorchRL collector records them.
+    """
+    g = torch.Generator().manual_seed(seed)
+    shape = (n_envs, steps, 1)
+    if pattern == "none":
+        done = torch.zeros(shape, dtype=torch.bool)
+    elif pattern == "uniform":
+        done = torch.rand(shape, generator=g) < 0.01
+    elif pattern == "mixed":
+        done = torch.zeros(shape, dtype=torch.bool)
+        done[1:, 19::20] = True
+    else:
+        done = torch.rand(shape, generator=g) < 0.2
+    terminated = done & (torch.rand(shape, generator=g) < 0.7)
+    return {
+        "reward": torch.randn(shape, generator=g),
+        "value": torch.randn(shape, generator=g),
+        "next_value": torch.randn(shape, generator=g),
+        "done": done,
+        "terminated": terminated,
+    }
+
+
+def sb3_contrib_gae(reward, value, starts, last_values, dones, gamma, gae_lambda) -> tuple[np.ndarray, np.ndarray]:
+    """sb3-contrib's own buffer computes GAE on (T, n_envs) arrays; returns its advantages and returns."""
+    steps, n_envs = reward.shape
+    buf = sb3c.MaskableRolloutBuffer(
+        steps, spaces.Box(-1, 1, (1,)), spaces.Discrete(2), "cpu", gae_lambda=gae_lambda, gamma=gamma, n_envs=n_envs
+    )
+    buf.rewards[:], buf.values[:], buf.episode_starts[:] = reward, value, starts
+    buf.full = True
+    buf.compute_returns_and_advantage(last_values=last_values, dones=dones)
+    return buf.advantages, buf.returns
+
+
+def bits(array: np.ndarray | torch.Tensor) -> np.ndarray:
+    array = array.numpy() if isinstance(array, torch.Tensor) else array
+    return np.ascontiguousarray(array, dtype=np.float32).view(np.int32)
+
+
+@pytest.mark.parametrize("pattern", ["none", "uniform", "mixed", "random"])
+@pytest.mark.parametrize(("n_envs", "steps"), [(1, 130), (2, 64), (3, 50), (8, 257)])
+def test_exact_gae_is_bit_identical_to_sb3_contrib_and_torchrls_loop(n_envs, steps, pattern):
+    # Scalar scan (1-2 envs) and row scan (3+ envs), every done pattern, sb3-contrib's own buffer as the reference.
+    x = random_rollout(n_envs, steps, pattern, seed=n_envs * 1000 + steps)
+    gamma, lam = 0.99, 0.95
+    starts = torch.zeros_like(x["done"])
+    starts[:, 1:] = x["done"][:, :-1]
+    last, final_done = x["next_value"][:, -1, 0], x["done"][:, -1, 0]
+    next_values, done = bootstrap_inputs(x["value"], starts, last, final_done)
+    adv, ret = generalized_advantage(x["reward"], x["value"], next_values, done, gamma, lam, method="exact")
+    ref_adv, ref_ret = sb3_contrib_gae(
+        x["reward"][..., 0].T.numpy(),
+        x["value"][..., 0].T.numpy(),
+        starts[..., 0].T.numpy().astype(np.float32),
+        last[:, None],
+        final_done.numpy(),
+        gamma,
+        lam,
+    )
+    assert np.array_equal(bits(adv[..., 0].T), bits(ref_adv))
+    assert np.array_equal(bits(ret[..., 0].T), bits(ref_ret))
+    loop_adv, loop_ret = generalized_advantage(x["reward"], x["value"], next_values, done, gamma, lam, method="loop")
+    assert np.array_equal(bits(adv), bits(loop_adv)) and np.array_equal(bits(ret), bits(loop_ret))
+    assert generalized_advantage(x["reward"], x["value"], next_values, done, gamma, lam)[0].equal(adv), "auto"
+
+
+@pytest.mark.parametrize("pattern", ["none", "uniform", "mixed", "random"])
+@pytest.mark.parametrize(("n_envs", "steps"), [(1, 1), (1, 130), (3, 7), (8, 257), (64, 128)])
+def test_exact_gae_with_truncations_is_bit_identical_to_torchrls_loop(n_envs, steps, pattern):
+    x = random_rollout(n_envs, steps, pattern, seed=steps + n_envs)
+    args = (x["reward"], x["value"], x["next_value"], x["done"], 0.97, 0.9)
+    exact = generalized_advantage(*args, method="exact", terminated=x["terminated"])
+    loop = generalized_advantage(*args, method="loop", terminated=x["terminated"])
+    for ours, ref in zip(exact, loop, strict=True):
+        assert np.array_equal(bits(ours), bits(ref))
+
+
+@pytest.mark.parametrize("pattern", ["none", "uniform", "mixed", "random"])
+@pytest.mark.parametrize(("n_envs", "steps"), [(1, 1), (1, 2), (2, 130), (5, 99), (8, 2048), (64, 128)])
+@pytest.mark.parametrize("gae_lambda", [0.95, 1.0])
+def test_fast_gae_agrees_with_torchrls_estimator_to_1e_5_relative(n_envs, steps, pattern, gae_lambda):
+    x = random_rollout(n_envs, steps, pattern, seed=7 * steps + n_envs)
+    args = (x["reward"], x["value"], x["next_value"], x["done"], 0.99, gae_lambda)
+    fast_adv, fast_ret = generalized_advantage(*args, method="fast", terminated=x["terminated"])
+    loop_adv, loop_ret = generalized_advantage(*args, method="loop", terminated=x["terminated"])
+    scale = loop_adv.abs().max().item()
+    torch.testing.assert_close(fast_adv, loop_adv, rtol=1e-5, atol=1e-5 * scale)
+    torch.testing.assert_close(fast_ret, loop_ret, rtol=1e-5, atol=1e-5 * scale)
+
+
+def test_auto_is_exact_on_the_cpu_and_fast_on_an_accelerator():
+    assert resolve_gae_method("auto", torch.device("cpu")) == "exact"
+    assert resolve_gae_method("auto", torch.device("cuda")) == "fast"
+    assert resolve_gae_method("vec", torch.device("cpu")) == "vec"
 
 
 def test_unknown_gae_method_raises():
     x = torch.zeros(1, 2, 1)
     with pytest.raises(ValueError, match="not a GAE method"):
-        generalized_advantage(x, x, x, x.bool(), 0.9, 0.9, method="fast")  # type: ignore[arg-type]
+        generalized_advantage(x, x, x, x.bool(), 0.9, 0.9, method="quick")  # type: ignore[arg-type]
+
+
+def test_a_buffer_with_an_unknown_gae_method_fails_at_construction():
+    with pytest.raises(ValueError, match="gae_method='quick' is not a GAE method"):
+        MaskableRolloutBuffer(4, spaces.Box(-1, 1, (2,)), spaces.Discrete(3), "cpu", gae_method="quick")  # type: ignore[arg-type]
 
 
 def test_torchrl_gae_module_on_the_storage_gives_the_buffers_advantages():

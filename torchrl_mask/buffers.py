@@ -40,7 +40,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
 from torchrl_mask import storage as st
-from torchrl_mask.advantage import GaeMethod, bootstrap_inputs, generalized_advantage
+from torchrl_mask.advantage import GaeMethod, bootstrap_inputs, generalized_advantage, resolve_gae_method
 from torchrl_mask.masks import MaskSpec, mask_spec
 from torchrl_mask.minibatches import minibatch_columns
 from torchrl_mask.sb3_arrays import ArrayLike, SB3Array, float_masks, to_numpy
@@ -72,7 +72,9 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     :param storage: ``"memory"`` (tensors on ``device``) or ``"memmap"`` (memory-mapped files on the host,
         for rollouts larger than RAM).
     :param memmap_dir: folder for the memmap files; a temporary folder when None.
-    :param gae_method: TorchRL estimator: ``"loop"``, ``"vec"`` or ``"auto"`` (the faster for the shape).
+    :param gae_method: how GAE is computed (:mod:`torchrl_mask.advantage`): ``"auto"`` (``"exact"`` on the CPU,
+        bit-identical to sb3-contrib's; ``"fast"`` on an accelerator), ``"exact"``, ``"fast"`` (blocked, equal to
+        about 1e-6 relative), or TorchRL's own ``"loop"`` and ``"vec"`` estimators.
     :raises TypeError: an action space that cannot be masked, or a Dict observation space (use
         :class:`MaskableDictRolloutBuffer`).
     """
@@ -116,6 +118,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         self.gae_lambda = gae_lambda
         self.gamma = gamma
         self.check_masks = check_masks
+        resolve_gae_method(gae_method, self.device)  # an unknown method fails here, not after a whole rollout
         self.gae_method: GaeMethod = gae_method
         self._storage_kind: st.StorageKind = storage
         self._memmap_dir = memmap_dir
@@ -340,11 +343,16 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         value, done = leaf[st.VALUE], leaf[st.NEXT_DONE]
         next_value, done = bootstrap_inputs(value, leaf[st.IS_INIT], last, done_last, out=(leaf[st.NEXT_VALUE], done))
         leaf[st.NEXT_TERMINATED].copy_(done)
-        advantage, returns = generalized_advantage(
-            leaf[st.NEXT_REWARD], value, next_value, done, self.gamma, self.gae_lambda, method=self.gae_method
+        generalized_advantage(
+            leaf[st.NEXT_REWARD],
+            value,
+            next_value,
+            done,
+            self.gamma,
+            self.gae_lambda,
+            method=self.gae_method,
+            out=(leaf[st.ADVANTAGE], leaf[st.VALUE_TARGET]),
         )
-        leaf[st.ADVANTAGE].copy_(advantage)
-        leaf[st.VALUE_TARGET].copy_(returns)
 
     # ----------------------------------------------------------------------------------------- extend
 
@@ -411,7 +419,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         leaf = self._leaf
         for key, tensor in entries.items():
             leaf[key].copy_(tensor)
-        advantage, returns = generalized_advantage(
+        generalized_advantage(
             leaf[st.NEXT_REWARD],
             leaf[st.VALUE],
             leaf[st.NEXT_VALUE],
@@ -420,9 +428,8 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
             self.gae_lambda,
             method=self.gae_method,
             terminated=leaf[st.NEXT_TERMINATED],
+            out=(leaf[st.ADVANTAGE], leaf[st.VALUE_TARGET]),
         )
-        leaf[st.ADVANTAGE].copy_(advantage)
-        leaf[st.VALUE_TARGET].copy_(returns)
         self.pos = self.buffer_size
         self.full = True
 
@@ -507,7 +514,8 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
     :param check_masks: check in ``add()`` that each mask row (each sub-action group) allows an action.
     :param storage: ``"memory"`` or ``"memmap"``.
     :param memmap_dir: folder for the memmap files; a temporary folder when None.
-    :param gae_method: TorchRL estimator: ``"loop"``, ``"vec"`` or ``"auto"``.
+    :param gae_method: ``"auto"``, ``"exact"``, ``"fast"``, ``"loop"`` or ``"vec"``
+        (see :class:`MaskableRolloutBuffer`).
     :raises TypeError: an action space that cannot be masked, or an observation space that is not a Dict.
     """
 
