@@ -47,16 +47,28 @@ def random_obs(space: spaces.Space, n_envs: int, rng: np.random.Generator) -> An
     return np.stack([space.sample() for _ in range(n_envs)])
 
 
+def random_actions(action_space: spaces.Space, masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One action per mask row, each choice drawn among the entries its group allows, in the space's dtype."""
+    spec = mask_spec(action_space)
+    starts = np.cumsum((0, *spec.groups[:-1]))
+    choices = [
+        [rng.choice(np.flatnonzero(row[start : start + size])) for start, size in zip(starts, spec.groups, strict=True)]
+        for row in masks
+    ]
+    actions = np.asarray(choices, dtype=action_space.dtype)
+    return actions[:, 0] if isinstance(action_space, spaces.Discrete) else actions
+
+
 def random_step(obs_space, action_space, n_envs, rng, p_start=0.15):
-    action_space.seed(int(rng.integers(1 << 31)))
+    masks = random_masks(action_space, n_envs, rng)
     return dict(
         obs=random_obs(obs_space, n_envs, rng),
-        action=np.stack([action_space.sample() for _ in range(n_envs)]),
+        action=random_actions(action_space, masks, rng),
         reward=rng.normal(size=n_envs).astype(np.float32),
         episode_start=(rng.random(n_envs) < p_start).astype(np.float32),
         value=torch.as_tensor(rng.normal(size=(n_envs, 1)), dtype=torch.float32),
         log_prob=torch.as_tensor(rng.normal(size=n_envs), dtype=torch.float32),
-        action_masks=random_masks(action_space, n_envs, rng),
+        action_masks=masks,
     )
 
 
