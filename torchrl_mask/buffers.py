@@ -44,7 +44,7 @@ from torchrl_mask.advantage import GaeMethod, bootstrap_inputs, generalized_adva
 from torchrl_mask.masks import MaskSpec, mask_spec
 from torchrl_mask.minibatches import minibatch_columns
 from torchrl_mask.sb3_arrays import ArrayLike, SB3Array, float_masks, to_numpy
-from torchrl_mask.steps import StepReader
+from torchrl_mask.steps import StepReader, check_batch_values
 
 __all__ = [
     "MaskableDictRolloutBuffer",
@@ -405,6 +405,8 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
             reward_key=reward_key,
             episode_starts=episode_starts,
         )
+        if self.check_values:
+            self._check_batch_values(obs, entries)
         for leaf, tensor in zip(self._obs_leaves, obs, strict=True):
             leaf.copy_(tensor)
         leaf = self._leaf
@@ -424,6 +426,27 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         leaf[st.VALUE_TARGET].copy_(returns)
         self.pos = self.buffer_size
         self.full = True
+
+    def _check_batch_values(self, obs: Sequence[torch.Tensor], entries: Mapping[NestedKey, torch.Tensor]) -> None:
+        """``extend()``'s ``check_values``: finite floats, valid actions, no wrap-around into integer leaves."""
+        not_terminated = ~entries[st.NEXT_TERMINATED]
+        check_batch_values(
+            [
+                ("observation" + (f" {'/'.join(path)!r}" if path else ""), tensor, leaf.dtype)
+                for path, tensor, leaf in zip(self._obs_paths, obs, self._obs_leaves, strict=True)
+            ],
+            [
+                ("('next', 'reward')", entries[st.NEXT_REWARD]),
+                ("'state_value'", entries[st.VALUE]),
+                ("'action_log_prob'", entries[st.LOG_PROB]),
+                # V(next observation) is read only where the step did not terminate.
+                ("('next', 'state_value')", entries[st.NEXT_VALUE].where(not_terminated, 0.0)),
+            ],
+            entries[st.ACTION].reshape(self.n_envs * self.buffer_size, -1),
+            entries[st.ACTION_MASK].reshape(self.n_envs * self.buffer_size, -1) if self.check_masks else None,
+            self._mask_spec,
+            self.buffer_size,
+        )
 
     # -------------------------------------------------------------------------------------------- get
 

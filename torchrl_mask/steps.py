@@ -149,7 +149,7 @@ class StepReader:
         info = np.iinfo(leaf)
         low, high = array.min(), array.max()
         if not (info.min <= low and high <= info.max):  # False for NaN too
-            bad = low if not info.min <= low else high
+            bad = (low if not info.min <= low else high).item()
             raise ValueError(
                 f"{_observation_name(path)} holds {bad!r}, which does not fit the leaf's dtype {leaf} ({info.min} to "
                 f"{info.max}) and would be stored wrapped around. Clip or rescale it, or pass check_values=False to "
@@ -198,3 +198,44 @@ class StepReader:
                     f"{name} for env {env} is {self._stage[_FLOATS.index(name), env]} as float32: rewards, values "
                     "and log-probabilities must be finite. Fix the env or policy, or pass check_values=False."
                 )
+
+
+def check_batch_values(
+    observations: Sequence[tuple[str, torch.Tensor, torch.dtype]],
+    floats: Sequence[tuple[str, torch.Tensor]],
+    actions: torch.Tensor,
+    masks: torch.Tensor | None,
+    spec: MaskSpec,
+    steps: int,
+) -> None:
+    """``extend()``'s value checks over a whole collector batch, in torch on the batch's device.
+
+    :param observations: ``(name, batch leaf, storage dtype)`` per observation leaf.
+    :param floats: ``(name, tensor)`` of the entries that must be finite (reward, values, log-probabilities).
+    :param actions: ``(n_envs * steps, n_groups)`` actions, one choice per mask group.
+    :param masks: ``(n_envs * steps, mask_dims)`` bool masks, or None to skip the allowed-by-mask check.
+    :param spec: the action space's mask layout.
+    :param steps: steps per env, to name a row as ``env e, step t``.
+    :raises ValueError: the first value that is not finite, does not fit its leaf, or is not a valid action.
+    """
+    for name, tensor, dtype in observations:
+        if tensor.dtype != dtype and not dtype.is_floating_point and dtype != torch.bool and tensor.numel():
+            info = torch.iinfo(dtype)
+            wider = tensor.is_floating_point() or info.min > torch.iinfo(tensor.dtype).min
+            if wider or info.max < torch.iinfo(tensor.dtype).max:
+                low, high = tensor.min().item(), tensor.max().item()
+                if not (info.min <= low and high <= info.max):
+                    raise ValueError(
+                        f"Batch entry {name} holds {low if low < info.min else high!r}, which does not fit the "
+                        f"storage dtype {dtype} ({info.min} to {info.max}) and would be stored wrapped around. "
+                        "Clip or rescale it, or pass check_values=False to skip this check."
+                    )
+    for name, tensor in floats:
+        finite = torch.isfinite(tensor.reshape(-1, steps))
+        if not bool(finite.all()):
+            env, step = (int(i) for i in torch.nonzero(~finite)[0])
+            raise ValueError(
+                f"Batch entry {name} is {tensor.reshape(-1, steps)[env, step].item()} at env {env}, step {step}: "
+                "rewards, values and log-probabilities must be finite. Pass check_values=False to skip this check."
+            )
+    spec.check_actions(actions, masks, lambda row: f"env {row // steps}, step {row % steps}")
