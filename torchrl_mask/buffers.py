@@ -139,9 +139,9 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
             )
         st.leaf_shape(observation_space)
 
-    def _observation_items(self, obs: Any) -> list[tuple[tuple[str, ...], Any]]:
-        """Split one step's observation into ``(leaf path, array)`` pairs, in storage order."""
-        return [((), obs)]
+    def _observation_items(self, obs: Any) -> list[Any]:
+        """Split one step's observation into its leaves, in storage order."""
+        return [obs]
 
     def _pack_observations(self, leaves: Sequence[torch.Tensor]) -> Any:
         """Assemble minibatch observation leaves into what the namedtuple holds."""
@@ -231,6 +231,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         )  # fmt: skip
         self._reader = StepReader(
             self.n_envs,
+            self._obs_paths,
             [(self.n_envs, *shape) for shape in self._obs_shapes],
             [torch.empty(0, dtype=leaf.dtype).numpy().dtype for leaf in self._obs_leaves],
             (self.n_envs, *self._targets[st.ACTION].shape[2:]),
@@ -561,9 +562,9 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
         """The space's keys when it has no nested Dict (the fast path of ``add``), else None."""
         return None if any(len(path) > 1 for path in self._obs_paths) else {path[0] for path in self._obs_paths}
 
-    def _observation_items(self, obs: Any) -> list[tuple[tuple[str, ...], Any]]:
+    def _observation_items(self, obs: Any) -> list[Any]:
         if type(obs) is dict and obs.keys() == self._top_keys:  # the common case, checked in one comparison
-            return [(path, obs[path[0]]) for path in self._obs_paths]
+            return [obs[key] for key in self._flat_keys]
         if not isinstance(obs, Mapping):
             raise ValueError(f"observation must be a dict with keys {self._key_names()}, got {type(obs).__name__}.")
         items = []
@@ -576,7 +577,7 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
                     break
                 node = node[key]
             else:
-                items.append((path, node))
+                items.append(node)
         extra = sorted(set(_leaf_names(obs)) - {"/".join(p) for p in self._obs_paths})
         if missing or extra:
             raise ValueError(

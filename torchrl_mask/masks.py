@@ -43,7 +43,8 @@ class MaskSpec:
         self._starts = offsets[:-1]
         self._uniform = len(set(groups)) == 1
         self._limits = np.asarray(groups)
-        self._unsigned_limits = self._limits.astype(np.uint64)
+        # One scalar when every group has the same size: comparing with it is cheaper than with an array.
+        self._unsigned_limits = np.uint64(groups[0]) if self._uniform else self._limits.astype(np.uint64)
         self._flat_cache: dict[int, np.ndarray] = {}
 
     def __repr__(self) -> str:
@@ -139,7 +140,8 @@ class MaskSpec:
                 raise self._action_error(choices, None, row_label)
             if rows is None:
                 return
-            allowed = rows.take(unsigned + self._flat_starts(n_rows))
+            starts = self._flat_cache.get(n_rows)
+            allowed = rows.take(unsigned + (self._flat_starts(n_rows) if starts is None else starts))
             if np.count_nonzero(allowed) == allowed.size:
                 return
         else:

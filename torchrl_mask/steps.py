@@ -39,6 +39,7 @@ class StepReader:
     """Checks one step of ``n_envs`` envs and returns it as host arrays shaped like the storage's slots.
 
     :param n_envs: envs per step.
+    :param obs_paths: per observation leaf, its key path in a Dict space (``()`` for a non-Dict space).
     :param obs_slots: per observation leaf, its slot ``(n_envs, *leaf_shape)``.
     :param obs_dtypes: per observation leaf, its numpy dtype in the storage.
     :param action_slot: the action's slot, ``(n_envs,)`` for Discrete else ``(n_envs, action_dim)``.
@@ -48,12 +49,14 @@ class StepReader:
     def __init__(
         self,
         n_envs: int,
+        obs_paths: Sequence[tuple[str, ...]],
         obs_slots: Sequence[tuple[int, ...]],
         obs_dtypes: Sequence[np.dtype],
         action_slot: tuple[int, ...],
         spec: MaskSpec,
     ) -> None:
         self.n_envs = n_envs
+        self.obs_paths = list(obs_paths)
         self.obs_slots = list(obs_slots)
         self.obs_dtypes = list(obs_dtypes)
         self.action_slot = action_slot
@@ -66,7 +69,7 @@ class StepReader:
 
     def read(
         self,
-        obs_items: Sequence[tuple[tuple[str, ...], Any]],
+        obs_items: Sequence[Any],
         fields: tuple[Any, Any, Any, Any, Any],
         action_masks: Any,
         check_masks: bool,
@@ -75,7 +78,7 @@ class StepReader:
         """Check one step; return its arrays in write order: observation leaves, action, reward,
         episode_start, value, log_prob, masks (``True`` when None: every action allowed).
 
-        :param obs_items: ``(leaf path, array)`` per observation leaf, in storage order.
+        :param obs_items: one array per observation leaf, in storage order.
         :param fields: SB3's ``(action, reward, episode_start, value, log_prob)``.
         :param action_masks: ``(n_envs, mask_dims)`` masks or None.
         :param check_masks: check that each mask row allows an action.
@@ -83,28 +86,25 @@ class StepReader:
         :raises ValueError: the first problem found, naming the field and what it expected.
         """
         arrays = []
-        for index, (path, item) in enumerate(obs_items):
+        for index, (item, slot, dtype) in enumerate(zip(obs_items, self.obs_slots, self.obs_dtypes, strict=True)):
             array = item
-            if type(array) is not np.ndarray or array.shape != self.obs_slots[index] or array.dtype.kind not in "biuf":
-                array = self._observation(index, path, item)
-            if check_values and array.dtype is not self.obs_dtypes[index]:
-                self._check_fits(index, path, array)
+            if type(array) is not np.ndarray or array.shape != slot or array.dtype.kind not in _NUMERIC:
+                array = self._observation(index, item)
+            if check_values and array.dtype is not dtype:
+                self._check_fits(index, array)
             arrays.append(array)
-        action, reward, episode_start, value, log_prob = fields
-        if type(action) is not np.ndarray or action.shape != self.action_slot or action.dtype.kind not in "biuf":
+        action, reward, start, value, log_prob = fields
+        if type(action) is not np.ndarray or action.shape != self.action_slot or action.dtype.kind not in _NUMERIC:
             action = self._array("action", action, self.action_slot)
         slot = self._env_slot
-        start = episode_start
-        if type(start) is not np.ndarray or start.shape != slot or start.dtype.kind not in "biuf":
+        if type(start) is not np.ndarray or start.shape != slot or start.dtype.kind not in _NUMERIC:
             start = self._array("episode_start", start, slot)
         stage = self._stage
-        stage[0] = (
-            reward
-            if type(reward) is np.ndarray and reward.shape == slot and reward.dtype.kind in "biuf"
-            else (self._array("reward", reward, slot))
-        )
-        stage[1] = self._array("value", value, slot)
-        stage[2] = self._array("log_prob", log_prob, slot)
+        if type(reward) is not np.ndarray or reward.shape != slot or reward.dtype.kind not in _NUMERIC:
+            reward = self._array("reward", reward, slot)
+        stage[0] = reward
+        stage[1] = self._row("value", value)
+        stage[2] = self._row("log_prob", log_prob)
         if check_values and not math.isfinite(np.dot(self._stage_flat, self._stage_flat)):
             self._check_finite()  # not finite, or a sum of squares past float32's range: find out which
         masks: Any = True
@@ -120,9 +120,9 @@ class StepReader:
         arrays += [action, stage[0], start, stage[1], stage[2], masks]
         return arrays
 
-    def _observation(self, index: int, path: tuple[str, ...], item: Any) -> np.ndarray:
+    def _observation(self, index: int, item: Any) -> np.ndarray:
         """The slow path of one observation leaf: converted, reshaped, or refused naming it."""
-        where = _observation_name(path)
+        where = _observation_name(self.obs_paths[index])
         slot = self.obs_slots[index]
         array = self._host(where, item)
         if array.shape != slot:
@@ -137,7 +137,7 @@ class StepReader:
             raise ValueError(f"{where} has dtype {array.dtype}; observations must be numbers (bool, int or float).")
         return array
 
-    def _check_fits(self, index: int, path: tuple[str, ...], array: np.ndarray) -> None:
+    def _check_fits(self, index: int, array: np.ndarray) -> None:
         """Refuse values an integer leaf would wrap around; only for inputs its dtype cannot hold safely."""
         leaf = self.obs_dtypes[index]
         key = (index, array.dtype)
@@ -150,11 +150,19 @@ class StepReader:
         low, high = array.min(), array.max()
         if not (info.min <= low and high <= info.max):  # False for NaN too
             bad = (low if not info.min <= low else high).item()
+            where = _observation_name(self.obs_paths[index])
             raise ValueError(
-                f"{_observation_name(path)} holds {bad!r}, which does not fit the leaf's dtype {leaf} ({info.min} to "
-                f"{info.max}) and would be stored wrapped around. Clip or rescale it, or pass check_values=False to "
-                "skip this check."
+                f"{where} holds {bad!r}, which does not fit the leaf's dtype {leaf} ({info.min} to {info.max}) and "
+                "would be stored wrapped around. Clip or rescale it, or pass check_values=False to skip this check."
             )
+
+    def _row(self, name: str, item: Any) -> np.ndarray:
+        """A value or log-probability as ``(n_envs,)``: SB3 passes CPU tensors, ``(n_envs, 1)`` or ``(n_envs,)``."""
+        if type(item) is torch.Tensor and item.is_cpu and not item.requires_grad:
+            array = item.numpy()
+            if array.size == self.n_envs and array.dtype.kind in _NUMERIC:
+                return array.reshape(self._env_slot)
+        return self._array(name, item, self._env_slot)
 
     def _array(self, name: str, item: Any, slot: tuple[int, ...]) -> np.ndarray:
         """``item`` on the host in its slot's shape and of a numeric dtype, or a ValueError naming ``name``."""
