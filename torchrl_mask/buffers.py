@@ -61,6 +61,11 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     action mask, and is discarded after the policy update. Drop-in for sb3-contrib's buffer of the same
     name: same constructor, methods, attributes and minibatches.
 
+    SB3's arrays (``rewards``, ``values``, ``episode_starts``, ``action_masks`` ...) read and write the storage:
+    on the CPU most are numpy views of it; ``episode_starts`` and ``action_masks`` (bool in the storage, float32
+    in sb3-contrib) are float32 copies whose item assignments (``buf.episode_starts[1, :] = 1``) are written
+    back, so that GAE and minibatches see them as in sb3-contrib (see :class:`torchrl_mask.sb3_arrays.SB3Array`).
+
     :param buffer_size: steps per env in one rollout (``n_steps`` of the algorithm).
     :param observation_space: a Box, Discrete, MultiDiscrete or MultiBinary observation space.
     :param action_space: a Discrete, MultiDiscrete (1-D ``nvec``) or 1-D MultiBinary action space.

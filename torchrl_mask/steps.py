@@ -227,7 +227,9 @@ def check_batch_values(
     :raises ValueError: the first value that is not finite, does not fit its leaf, or is not a valid action.
     """
     for name, tensor, dtype in observations:
-        if tensor.dtype != dtype and not dtype.is_floating_point and dtype != torch.bool and tensor.numel():
+        # Float and bool leaves take any number (bool as non-zero); a bool input fits any leaf.
+        fits_any = dtype.is_floating_point or torch.bool in (dtype, tensor.dtype)
+        if tensor.dtype != dtype and not fits_any and tensor.numel():
             info = torch.iinfo(dtype)
             wider = tensor.is_floating_point() or info.min > torch.iinfo(tensor.dtype).min
             if wider or info.max < torch.iinfo(tensor.dtype).max:
