@@ -39,8 +39,16 @@ def test_gae_and_two_epochs_of_minibatches_match_sb3_contrib(obs_name, action_na
     assert n_batches == 2 * -(-9 * n_envs // 4)
 
 
-@pytest.mark.parametrize("gae_method", ["loop", "vec"])
-def test_both_torchrl_estimators_match_sb3_contrib_on_a_long_rollout(gae_method):
+@pytest.mark.parametrize("gae_method", ["auto", "exact", "loop"])
+def test_the_default_and_loop_gae_equal_sb3_contribs_bit_for_bit_on_a_long_rollout(gae_method):
+    ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], 300, 4, 0.99, 0.95, gae_method=gae_method)
+    fill_pair(ref, ours, seed=3)
+    assert np.array_equal(ours.advantages.view(np.int32), ref.advantages.view(np.int32))
+    assert np.array_equal(ours.returns.view(np.int32), ref.returns.view(np.int32))
+
+
+@pytest.mark.parametrize("gae_method", ["fast", "vec"])
+def test_the_fast_and_vectorised_gae_match_sb3_contrib_on_a_long_rollout(gae_method):
     ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], 300, 4, 0.99, 0.95, gae_method=gae_method)
     fill_pair(ref, ours, seed=3)
     np.testing.assert_allclose(ours.advantages, ref.advantages, rtol=1e-5, atol=1e-5)
@@ -299,3 +307,151 @@ def test_wrong_buffer_for_the_observation_space_says_which_to_use():
         MaskableRolloutBuffer(4, OBS_SPACES["dict"], ACTION_SPACES["discrete"], "cpu")
     with pytest.raises(TypeError, match="use MaskableRolloutBuffer"):
         MaskableDictRolloutBuffer(4, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu")
+
+
+# ------------------------------------------------------------------ every field checked before any write
+
+
+def _set_action(step, value, env=0, group=0):
+    step["action"] = step["action"].astype(np.asarray(value).dtype)
+    step["action"][env, group] = value
+
+
+def _forbid_own_action(step):
+    step["action_masks"][0, 3 + step["action"][0, 1]] = False  # nvec [3, 2, 4]: sub-action 1 is entries 3:5
+    step["action_masks"][0, 3 + 1 - step["action"][0, 1]] = True
+
+
+BAD_FIELDS = {
+    "string reward": (lambda s: s.update(reward=np.array(["1", "2"])), "reward has dtype <U1"),
+    "mixed list reward": (lambda s: s.update(reward=[1.0, "x"]), "reward has dtype"),
+    "nan reward": (lambda s: s["reward"].__setitem__(1, np.nan), "reward for env 1 is nan"),
+    "inf value": (lambda s: s.update(value=torch.tensor([[0.0], [np.inf]])), "value for env 1 is inf"),
+    "nan log_prob": (lambda s: s.update(log_prob=torch.tensor([np.nan, 0.0])), "log_prob for env 0 is nan"),
+    "meta value": (lambda s: s.update(value=torch.empty(2, 1, device="meta")), "value is a tensor on the meta"),
+    "string episode_start": (lambda s: s.update(episode_start=np.array(["0", "1"])), "episode_start has dtype"),
+    "action too large": (lambda s: _set_action(s, 7), "env 0 (sub-action 0) is 7"),
+    "negative action": (lambda s: _set_action(s, -1, env=1, group=2), "env 1 (sub-action 2) is -1"),
+    "fractional action": (lambda s: _set_action(s, 0.5), "is 0.5, which is not a choice"),
+    "action the mask forbids": (_forbid_own_action, "forbidden by its own action mask"),
+    "300 into a uint8 image": (
+        lambda s: s["obs"].update(image=np.full((2, 1, 6, 6), 300, dtype=np.int64)),
+        "observation['image'] holds 300",
+    ),
+    "negative into a uint8 image": (
+        lambda s: s["obs"].update(image=np.full((2, 1, 6, 6), -1.0)),
+        "observation['image'] holds -1.0",
+    ),
+    "string observation": (lambda s: s["obs"].update(vec=np.full((2, 4), "0")), "observation['vec'] has dtype"),
+    "string masks": (lambda s: s.update(action_masks=np.full((2, 9), "0")), "action_masks has dtype <U1"),
+    "masks of 2": (lambda s: s.update(action_masks=np.full((2, 9), 2)), "values other than 0 and 1"),
+    "ragged masks": (lambda s: s.update(action_masks=[[1] * 9, [1] * 8]), "action_masks is ragged"),
+    "meta masks": (lambda s: s.update(action_masks=torch.ones(2, 9, device="meta")), "meta device"),
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_FIELDS))
+def test_a_bad_field_raises_naming_it_and_writes_nothing(bad):
+    buf, step = _filled(steps=1)
+    inject, phrase = BAD_FIELDS[bad]
+    inject(step)
+    _assert_rejected(buf, step, ValueError, phrase)
+
+
+def test_value_checks_can_be_turned_off_and_then_store_what_is_given():
+    _, ours = make_pair(OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], 2, 2, check_values=False)
+    step = random_step(ours.observation_space, ours.action_space, 2, np.random.default_rng(0))
+    step["reward"][1] = np.nan
+    _set_action(step, 7)
+    step["obs"]["image"] = np.full((2, 1, 6, 6), 300, dtype=np.int64)
+    ours.add(**step)
+    assert np.isnan(ours.rewards[0, 1]) and ours.actions[0, 0, 0] == 7
+    assert (ours.observations["image"][0] == 300 % 256).all()  # wrapped, as asked
+
+
+def test_check_values_reaches_the_buffer_through_rollout_buffer_kwargs():
+    from sb3_contrib.common.envs import InvalidActionEnvDiscrete
+
+    from torchrl_mask import MaskablePPO
+
+    env = InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1)
+    for flag in (True, False):
+        model = MaskablePPO("MlpPolicy", env, n_steps=8, rollout_buffer_kwargs={"check_values": flag})
+        assert model.rollout_buffer.check_values is flag
+
+
+@pytest.mark.parametrize("size", [2.5, "4", True, 0])
+def test_a_buffer_size_that_is_not_a_positive_int_raises_naming_it(size):
+    with pytest.raises(ValueError, match=f"buffer_size must be an int of at least 1, got {size!r}"):
+        MaskableRolloutBuffer(size, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu")
+
+
+def _batch_and_buffer():
+    """A collector-shaped batch (a filled buffer's own TensorDict) and an empty buffer to extend with it."""
+    ref, ours = make_pair(OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], 4, 2)
+    fill_pair(ref, ours, seed=2)
+    empty = MaskableDictRolloutBuffer(4, OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], "cpu", n_envs=2)
+    return ours.tensordict.clone(), empty
+
+
+def _forbid_batch_action(batch):
+    batch["action_mask"][0, 0] = torch.tensor([1, 1, 1, 1, 0, 1, 1, 1, 1], dtype=torch.bool)
+    batch["action"][0, 0] = torch.tensor([0, 1, 0])
+
+
+BAD_BATCHES = {
+    "nan reward": (lambda b: b["next", "reward"].__setitem__((1, 2), np.nan), "('next', 'reward') is nan at env 1"),
+    "inf value": (lambda b: b["state_value"].__setitem__((0, 3), np.inf), "'state_value' is inf at env 0, step 3"),
+    "action out of range": (lambda b: b["action"].__setitem__((1, 1, 2), 4), "env 1, step 1 (sub-action 2) is 4"),
+    "action the mask forbids": (_forbid_batch_action, "env 0, step 0 (sub-action 1) is 1, which is forbidden"),
+    "300 into a uint8 image": (
+        lambda b: b.set(("observation", "image"), b["observation", "image"].long().fill_(300)),
+        "observation 'image' holds 300",
+    ),
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_BATCHES))
+def test_extend_refuses_a_bad_batch_and_writes_nothing(bad):
+    batch, buf = _batch_and_buffer()
+    inject, phrase = BAD_BATCHES[bad]
+    inject(batch)
+    before = buf.tensordict.clone()
+    with pytest.raises(ValueError) as info:
+        buf.extend(batch, observation_keys=[("observation", key) for key in buf.observation_space.spaces])
+    assert phrase in str(info.value), str(info.value)
+    assert (buf.pos, buf.full) == (0, False)
+    for key, value in before.items(include_nested=True, leaves_only=True):
+        torch.testing.assert_close(buf.tensordict.get(key), value, rtol=0, atol=0, equal_nan=True, msg=str(key))
+
+
+# ------------------------------------------------------ episode_starts and action_masks write through
+
+
+def test_writes_to_episode_starts_and_action_masks_reach_gae_and_minibatches_as_in_sb3_contrib():
+    ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["multidiscrete"], 6, 3)
+    fill_pair(ref, ours, seed=4)
+    for buf in (ref, ours):
+        buf.episode_starts[1, :] = 1
+        buf.episode_starts[4, 2] = 0.0
+        buf.action_masks[2, 1, 0:3] = np.array([0, 1, 0])
+        buf.compute_returns_and_advantage(last_values=torch.ones(3, 1), dones=np.zeros(3))
+    for name in ("episode_starts", "action_masks", "returns", "advantages"):
+        ours_value, ref_value = getattr(ours, name), getattr(ref, name)
+        assert ours_value.dtype == ref_value.dtype == np.float32, name
+        np.testing.assert_array_equal(ours_value, ref_value, err_msg=name)
+    assert bool(ours.tensordict["is_init"][:, 1].all())
+    assert_same_epochs(ref, ours, batch_size=5, seed=3)
+
+
+def test_writes_that_cannot_reach_the_storage_raise_instead_of_being_lost():
+    _, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], 4, 2)
+    fill_pair(_, ours, seed=0)
+    starts = ours.episode_starts
+    with pytest.raises(ValueError, match="view of a copy of the rollout storage"):
+        starts[1][:] = 1
+    with pytest.raises(ValueError, match="In-place add"):
+        starts += 1
+    doubled = starts * 2  # arithmetic gives plain arrays, free to write
+    doubled[0, 0] = 5
+    assert type(doubled) is np.ndarray and not (ours.episode_starts == 5).any()

@@ -404,9 +404,11 @@ def random_trajectories(n_envs: int, steps: int, seed: int) -> TensorDict:
     next_value = np.where(truncated, final_value, np.where(terminated, 0.0, next_value)).astype(np.float32)
     mask = rng.random((n_envs, steps, 4)) < 0.7
     mask[..., 0] = True
+    action = np.stack([[space.sample() for _ in range(steps)] for _ in range(n_envs)])
+    np.put_along_axis(mask, action[..., None], True, axis=-1)  # the action taken is allowed by its mask
     data = {
         "observation": rng.normal(size=(n_envs, steps, 3)).astype(np.float32),
-        "action": np.stack([[space.sample() for _ in range(steps)] for _ in range(n_envs)]),
+        "action": action,
         "action_mask": mask,
         "is_init": is_init,
         "state_value": value,

@@ -115,11 +115,13 @@ def _make_inputs(workload: Workload, seed: int) -> tuple[list[tuple[Any, ...]], 
     else:
         action_shape = (n, len(groups))
     steps, masks = [], []
+    starts = np.cumsum((0, *groups[:-1]))
     for _ in range(workload.n_steps):
+        action = rng.integers(0, 2, action_shape)
         steps.append(
             (
                 obs_of(workload.observation_space),
-                rng.integers(0, 2, action_shape),
+                action,
                 rng.standard_normal(n).astype(np.float32),
                 (rng.random(n) < 0.01).astype(bool),
                 torch.as_tensor(rng.standard_normal((n, 1)), dtype=torch.float32),
@@ -127,7 +129,8 @@ def _make_inputs(workload: Workload, seed: int) -> tuple[list[tuple[Any, ...]], 
             )
         )
         mask = rng.random((n, sum(groups))) < 0.9
-        mask[:, np.cumsum((0, *groups[:-1]))] = True  # every group keeps a valid choice
+        mask[:, starts] = True  # every group keeps a valid choice
+        np.put_along_axis(mask, starts + action, True, axis=1)  # and the action taken is allowed
         masks.append(mask)
     last = (torch.zeros(n, 1), np.zeros(n, dtype=bool))
     return steps, masks, last

@@ -22,7 +22,7 @@ Example:
 from __future__ import annotations
 
 import functools
-import math
+import numbers
 from collections.abc import Generator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from torchrl_mask.advantage import GaeMethod, bootstrap_inputs, generalized_adva
 from torchrl_mask.masks import MaskSpec, mask_spec
 from torchrl_mask.minibatches import minibatch_columns
 from torchrl_mask.sb3_arrays import ArrayLike, SB3Array, float_masks, to_numpy
+from torchrl_mask.steps import StepReader, check_batch_values
 
 __all__ = [
     "MaskableDictRolloutBuffer",
@@ -60,6 +61,11 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     action mask, and is discarded after the policy update. Drop-in for sb3-contrib's buffer of the same
     name: same constructor, methods, attributes and minibatches.
 
+    SB3's arrays (``rewards``, ``values``, ``episode_starts``, ``action_masks`` ...) read and write the storage:
+    on the CPU most are numpy views of it; ``episode_starts`` and ``action_masks`` (bool in the storage, float32
+    in sb3-contrib) are float32 copies whose item assignments (``buf.episode_starts[1, :] = 1``) are written
+    back, so that GAE and minibatches see them as in sb3-contrib (see :class:`torchrl_mask.sb3_arrays.SB3Array`).
+
     :param buffer_size: steps per env in one rollout (``n_steps`` of the algorithm).
     :param observation_space: a Box, Discrete, MultiDiscrete or MultiBinary observation space.
     :param action_space: a Discrete, MultiDiscrete (1-D ``nvec``) or 1-D MultiBinary action space.
@@ -69,6 +75,10 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     :param n_envs: number of parallel envs.
     :param check_masks: check in ``add()`` that each mask row (each sub-action group) allows an action;
         False skips the check for speed (and on CUDA, the device sync it costs).
+    :param check_values: check in ``add()`` and ``extend()`` that rewards, values and log-probabilities are
+        finite, that each action is in its space's range, integral and allowed by its own mask (when
+        ``check_masks``), and that no observation value wraps around an integer leaf (300 into uint8). On by
+        default; False skips these checks (shapes and dtypes are always checked).
     :param storage: ``"memory"`` (tensors on ``device``) or ``"memmap"`` (memory-mapped files on the host,
         for rollouts larger than RAM).
     :param memmap_dir: folder for the memmap files; a temporary folder when None.
@@ -102,14 +112,14 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         n_envs: int = 1,
         *,
         check_masks: bool = True,
+        check_values: bool = True,
         storage: st.StorageKind = "memory",
         memmap_dir: str | Path | None = None,
         gae_method: GaeMethod = "auto",
     ) -> None:
-        if int(buffer_size) < 1 or int(n_envs) < 1:
-            raise ValueError(
-                f"buffer_size and n_envs must be at least 1, got buffer_size={buffer_size}, n_envs={n_envs}."
-            )
+        for name, size in (("buffer_size", buffer_size), ("n_envs", n_envs)):
+            if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+                raise ValueError(f"{name} must be an int of at least 1, got {size!r}.")
         self._check_observation_space(observation_space)
         mask_spec(action_space)  # TypeError before SB3 looks at an unmaskable space
         # SB3's BaseBuffer sets the common attributes (pos, full, device, obs_shape, action_dim ...);
@@ -118,6 +128,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         self.gae_lambda = gae_lambda
         self.gamma = gamma
         self.check_masks = check_masks
+        self.check_values = check_values
         resolve_gae_method(gae_method, self.device)  # an unknown method fails here, not after a whole rollout
         self.gae_method: GaeMethod = gae_method
         self._storage_kind: st.StorageKind = storage
@@ -136,9 +147,9 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
             )
         st.leaf_shape(observation_space)
 
-    def _observation_items(self, obs: Any) -> list[tuple[tuple[str, ...], Any]]:
-        """Split one step's observation into ``(leaf path, array)`` pairs, in storage order."""
-        return [((), obs)]
+    def _observation_items(self, obs: Any) -> list[Any]:
+        """Split one step's observation into its leaves, in storage order."""
+        return [obs]
 
     def _pack_observations(self, leaves: Sequence[torch.Tensor]) -> Any:
         """Assemble minibatch observation leaves into what the namedtuple holds."""
@@ -165,7 +176,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         BaseBuffer.reset(self)  # pos = 0, full = False
 
     def _allocate(self) -> None:
-        rollout = st.allocate_rollout(
+        self._rollout = st.allocate_rollout(
             self.buffer_size,
             self.n_envs,
             self.observation_space,
@@ -174,7 +185,34 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
             storage=self._storage_kind,
             memmap_dir=self._memmap_dir,
         )
-        self._rollout = rollout
+        self._bind()
+
+    # Attributes derived from the storage by _bind(): views into it, never pickled (a copy rebuilds them from
+    # its own storage, so that it keeps writing into that and not into the original's arrays).
+    _VIEWS = (
+        "_obs_leaves", "_obs_targets", "_leaf", "_targets", "_write_targets", "_reader",
+    )  # fmt: skip
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = {name: value for name, value in self.__dict__.items() if name not in self._VIEWS}
+        if self._storage_kind == "memmap":
+            # A copy gets its own files: the data travels in memory and __setstate__ writes it to a new folder.
+            state["_rollout"] = self.tensordict.to_tensordict()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._storage_kind == "memmap":
+            # Never the original's folder, even one the user named: two buffers must not share files.
+            data, self._memmap_dir = self.tensordict, None
+            self._allocate()
+            self.tensordict.update_(data)
+        else:
+            self._bind()
+
+    def _bind(self) -> None:
+        """Derive the per-leaf views and write targets of ``add`` from the storage."""
+        rollout = self.tensordict
         self._obs_paths = list(st.observation_leaves(self.observation_space))
         self._obs_leaves = [
             rollout.get((st.OBSERVATION, *path) if path else st.OBSERVATION) for path in self._obs_paths
@@ -199,11 +237,14 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
             ("action", st.ACTION), ("reward", st.NEXT_REWARD), ("episode_start", st.IS_INIT),
             ("value", st.VALUE), ("log_prob", st.LOG_PROB),
         )  # fmt: skip
-        self._obs_slots = [(self.n_envs, *shape) for shape in self._obs_shapes]
-        self._field_slots = []
-        for name, key in fields:
-            slot = (self.n_envs, *self._targets[key].shape[2:])
-            self._field_slots.append((name, slot, math.prod(slot)))
+        self._reader = StepReader(
+            self.n_envs,
+            self._obs_paths,
+            [(self.n_envs, *shape) for shape in self._obs_shapes],
+            [torch.empty(0, dtype=leaf.dtype).numpy().dtype for leaf in self._obs_leaves],
+            (self.n_envs, *self._targets[st.ACTION].shape[2:]),
+            self._mask_spec,
+        )
         self._write_targets = [
             *self._obs_targets,
             *(self._targets[key] for _, key in fields),
@@ -224,8 +265,8 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     ) -> None:
         """Add one step of all envs, in SB3's positional order.
 
-        Every input is checked before anything is written: a rejected call leaves ``pos`` and the data as
-        they were. Inputs may be numpy arrays or tensors on any device.
+        Every input is checked before anything is written (:class:`torchrl_mask.steps.StepReader`): a rejected
+        call leaves ``pos`` and the data as they were. Inputs may be numpy arrays or tensors on any device.
 
         :param obs: observation, ``(n_envs, *obs_shape)`` (``(n_envs,)`` allowed for Discrete).
         :param action: action, ``n_envs * action_dim`` entries (``(n_envs,)`` or ``(n_envs, action_dim)``).
@@ -233,37 +274,26 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         :param episode_start: whether ``obs`` begins an episode, ``(n_envs,)``.
         :param value: ``V(obs)`` from the policy, ``(n_envs, 1)`` or ``(n_envs,)``.
         :param log_prob: log-probability of ``action``, ``(n_envs,)``.
-        :param action_masks: masks the action was drawn under, ``(n_envs, mask_dims)``; None means all
-            actions allowed.
+        :param action_masks: masks the action was drawn under, ``(n_envs, mask_dims)``, bool (or 0/1 numbers);
+            None means all actions allowed.
         :raises RuntimeError: the buffer already holds ``buffer_size`` steps.
-        :raises ValueError: an input of the wrong shape, an observation key missing or unknown, or a mask
-            row (sub-action group) that allows no action.
+        :raises ValueError: an input of the wrong shape or of a non-numeric dtype (named), an observation key
+            missing or unknown, a mask row (sub-action group) that allows no action; with ``check_values``, a
+            reward, value or log_prob that is not finite, an action that is out of range, fractional or
+            forbidden by its own mask, an observation value that an integer leaf would wrap around.
         """
         if self.full:
             raise RuntimeError(
                 f"add() past capacity: the buffer holds buffer_size={self.buffer_size} steps per env and all "
                 "are filled. Call reset() to start a new rollout."
             )
-        # Every input is brought to its slot's shape and checked before anything is written. add() runs once
-        # per step: each field costs one type test and one shape comparison in the common case.
-        arrays = self._observation_arrays(obs)
-        for (name, slot, size), value_in in zip(
-            self._field_slots, (action, reward, episode_start, value, log_prob), strict=True
-        ):
-            array = value_in if type(value_in) is np.ndarray else self._host_or_device(value_in)
-            if array.shape != slot:
-                array = self._reshaped(name, array, slot, size)
-            arrays.append(array)
-        if action_masks is not None:
-            masks = action_masks if type(action_masks) is np.ndarray else self._host_or_device(action_masks)
-            arrays.append(
-                self._mask_spec.check(masks, self.n_envs)
-                if self.check_masks
-                else self._mask_spec.reshape(masks, self.n_envs)
-            )
-        else:
-            arrays.append(True)  # no masks: every action allowed
-
+        arrays = self._reader.read(
+            self._observation_items(obs),
+            (action, reward, episode_start, value, log_prob),
+            action_masks,
+            self.check_masks,
+            self.check_values,
+        )
         # Everything is checked: write. On the host the targets are numpy views of the storage (numpy's
         # per-call cost is a fraction of torch's at these sizes); on an accelerator they are the tensors.
         pos = self.pos
@@ -277,36 +307,11 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         if self.pos == self.buffer_size:
             self.full = True
 
-    def _observation_arrays(self, obs: Any) -> list[Any]:
-        """One step's observation leaves, in storage order, each ``(n_envs, *leaf_shape)``."""
-        arrays = []
-        for (path, item), slot in zip(self._observation_items(obs), self._obs_slots, strict=True):
-            array = item if type(item) is np.ndarray else self._host_or_device(item)
-            if array.shape != slot:
-                if slot[1:] == (1,) and tuple(array.shape) == slot[:1]:  # Discrete observations come flat
-                    array = array.reshape(slot)
-                else:
-                    where = f"observation[{']['.join(map(repr, path))}]" if path else "observation"
-                    raise ValueError(
-                        f"{where} has shape {tuple(array.shape)}, expected {slot} "
-                        f"(n_envs={self.n_envs} times the space's shape {slot[1:]})."
-                    )
-            arrays.append(array)
-        return arrays
-
     def _host_or_device(self, value: Any) -> Any:
         """A numpy array when the storage is on the host (zero-copy for CPU tensors), else a tensor."""
-        if type(value) is np.ndarray:  # the common case first: add() runs every step
-            return value
         if isinstance(value, torch.Tensor):
             return value.numpy(force=True) if self._host else value.detach()
         return np.asarray(value)
-
-    def _reshaped(self, name: str, array: Any, slot: tuple[int, ...], size: int) -> Any:
-        """``array`` reshaped to one step's slot of a leaf, or a ValueError that says what was expected."""
-        if (array.size if isinstance(array, np.ndarray) else array.numel()) == size:
-            return array.reshape(slot)
-        return self._rows(name, array, size // self.n_envs)  # raises: the size does not fit
 
     def _rows(self, name: str, value: Any, width: int) -> Any:
         array = self._host_or_device(value)
@@ -414,6 +419,8 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
             reward_key=reward_key,
             episode_starts=episode_starts,
         )
+        if self.check_values:
+            self._check_batch_values(obs, entries)
         for leaf, tensor in zip(self._obs_leaves, obs, strict=True):
             leaf.copy_(tensor)
         leaf = self._leaf
@@ -432,6 +439,27 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         )
         self.pos = self.buffer_size
         self.full = True
+
+    def _check_batch_values(self, obs: Sequence[torch.Tensor], entries: Mapping[NestedKey, torch.Tensor]) -> None:
+        """``extend()``'s ``check_values``: finite floats, valid actions, no wrap-around into integer leaves."""
+        not_terminated = ~entries[st.NEXT_TERMINATED]
+        check_batch_values(
+            [
+                ("observation" + (f" {'/'.join(path)!r}" if path else ""), tensor, leaf.dtype)
+                for path, tensor, leaf in zip(self._obs_paths, obs, self._obs_leaves, strict=True)
+            ],
+            [
+                ("('next', 'reward')", entries[st.NEXT_REWARD]),
+                ("'state_value'", entries[st.VALUE]),
+                ("'action_log_prob'", entries[st.LOG_PROB]),
+                # V(next observation) is read only where the step did not terminate.
+                ("('next', 'state_value')", entries[st.NEXT_VALUE].where(not_terminated, 0.0)),
+            ],
+            entries[st.ACTION].reshape(self.n_envs * self.buffer_size, -1),
+            entries[st.ACTION_MASK].reshape(self.n_envs * self.buffer_size, -1) if self.check_masks else None,
+            self._mask_spec,
+            self.buffer_size,
+        )
 
     # -------------------------------------------------------------------------------------------- get
 
@@ -512,6 +540,7 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
     :param gamma: discount factor.
     :param n_envs: number of parallel envs.
     :param check_masks: check in ``add()`` that each mask row (each sub-action group) allows an action.
+    :param check_values: check values in ``add()`` and ``extend()`` (see :class:`MaskableRolloutBuffer`).
     :param storage: ``"memory"`` or ``"memmap"``.
     :param memmap_dir: folder for the memmap files; a temporary folder when None.
     :param gae_method: ``"auto"``, ``"exact"``, ``"fast"``, ``"loop"`` or ``"vec"``
@@ -546,9 +575,9 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
         """The space's keys when it has no nested Dict (the fast path of ``add``), else None."""
         return None if any(len(path) > 1 for path in self._obs_paths) else {path[0] for path in self._obs_paths}
 
-    def _observation_items(self, obs: Any) -> list[tuple[tuple[str, ...], Any]]:
+    def _observation_items(self, obs: Any) -> list[Any]:
         if type(obs) is dict and obs.keys() == self._top_keys:  # the common case, checked in one comparison
-            return [(path, obs[path[0]]) for path in self._obs_paths]
+            return [obs[key] for key in self._flat_keys]
         if not isinstance(obs, Mapping):
             raise ValueError(f"observation must be a dict with keys {self._key_names()}, got {type(obs).__name__}.")
         items = []
@@ -561,7 +590,7 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
                     break
                 node = node[key]
             else:
-                items.append((path, node))
+                items.append(node)
         extra = sorted(set(_leaf_names(obs)) - {"/".join(p) for p in self._obs_paths})
         if missing or extra:
             raise ValueError(

@@ -24,6 +24,7 @@ __all__ = ["MaskArray", "MaskSpec", "mask_spec"]
 
 MaskArray = np.ndarray | torch.Tensor
 
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _WORD = {2: (np.uint16, torch.int16), 4: (np.uint32, torch.int32), 8: (np.uint64, torch.int64)}
 
 
@@ -41,6 +42,10 @@ class MaskSpec:
         offsets = np.cumsum((0, *groups))
         self._starts = offsets[:-1]
         self._uniform = len(set(groups)) == 1
+        self._limits = np.asarray(groups)
+        # One scalar when every group has the same size: comparing with it is cheaper than with an array.
+        self._unsigned_limits = np.uint64(groups[0]) if self._uniform else self._limits.astype(np.uint64)
+        self._flat_cache: dict[int, np.ndarray] = {}
 
     def __repr__(self) -> str:
         return f"MaskSpec(groups={self.groups}, size={self.size})"
@@ -90,8 +95,7 @@ class MaskSpec:
         """
         if type(masks) is np.ndarray and masks.dtype == np.bool_ and masks.shape == (n_envs, self.size):
             return masks  # the common case, in one test
-        if not isinstance(masks, (np.ndarray, torch.Tensor)):
-            masks = np.asarray(masks)
+        masks = _mask_array(masks)
         shape = tuple(masks.shape)
         fits = (len(shape) >= 2 and shape[0] == n_envs and math.prod(shape[1:]) == self.size) or (
             n_envs == 1 and shape == (self.size,)
@@ -103,7 +107,95 @@ class MaskSpec:
                 "Pass the stacked masks of all envs for this step."
             )
         rows = masks.reshape(n_envs, self.size)
-        return rows if rows.dtype in (np.bool_, torch.bool) else rows != 0
+        if rows.dtype in (np.bool_, torch.bool):
+            return rows
+        if not bool(((rows == 0) | (rows == 1)).all()):
+            raise ValueError(
+                f"action_masks of dtype {rows.dtype} hold values other than 0 and 1: a mask entry is allowed (1, "
+                "True) or not (0, False). Pass boolean masks."
+            )
+        return rows != 0
+
+    def check_actions(
+        self, actions: MaskArray, rows: MaskArray | None, row_label: Callable[[int], str] | None = None
+    ) -> None:
+        """Check that each action is integral, in its space's range, and allowed by its own mask row.
+
+        Numpy actions are checked with numpy, tensors with torch. An action allowed by its own row also
+        proves that every group of the row allows a choice, so :meth:`check` is not needed when this passes.
+
+        :param actions: ``(n_rows,)`` or ``(n_rows, n_groups)``: one choice per group (a Discrete action, a
+            MultiDiscrete one, or a MultiBinary one's bits), any integer, bool or float dtype.
+        :param rows: bool mask rows ``(n_rows, size)`` as :meth:`reshape` returns them; None: all allowed.
+        :param row_label: names a row in the error message; ``env {row}`` when None.
+        :raises ValueError: an action that is fractional, out of range, or forbidden by its mask.
+        """
+        n_rows = actions.shape[0]
+        choices = actions.reshape(n_rows, len(self.groups))
+        if type(choices) is np.ndarray and choices.dtype.kind in "iu":
+            # Negative choices become huge in the unsigned view: one comparison checks both bounds, and the
+            # counts (np.count_nonzero) cost a fraction of a reduction such as .all().
+            unsigned = choices if choices.dtype.kind == "u" else choices.view(_UNSIGNED[choices.dtype.itemsize])
+            if np.count_nonzero(unsigned < self._unsigned_limits) != unsigned.size:
+                raise self._action_error(choices, None, row_label)
+            if rows is None:
+                return
+            starts = self._flat_cache.get(n_rows)
+            allowed = rows.take(unsigned + (self._flat_starts(n_rows) if starts is None else starts))
+            if np.count_nonzero(allowed) == allowed.size:
+                return
+        else:
+            self._check_choices(choices, row_label)
+            if rows is None:
+                return
+            if isinstance(choices, np.ndarray):
+                allowed = rows.take(choices.astype(np.uint64) + self._flat_starts(n_rows))
+            else:
+                index = choices.long() + torch.as_tensor(self._starts, device=choices.device)
+                allowed = torch.as_tensor(rows, device=choices.device).gather(1, index)
+            if bool(allowed.all()):
+                return
+        self.check(rows, n_rows, row_label)  # an empty row is the mask's fault: say that first
+        raise self._action_error(choices, allowed, row_label)
+
+    def _check_choices(self, choices: MaskArray, row_label: Callable[[int], str] | None) -> None:
+        """The general range check: bool, float or tensor choices, integral and in range."""
+        limits: MaskArray = self._limits
+        if isinstance(choices, torch.Tensor):
+            limits = torch.as_tensor(self._limits, device=choices.device)
+            choices = choices.long() if choices.dtype == torch.bool else choices
+        if not bool(((choices >= 0) & (choices < limits) & (choices % 1 == 0)).all()):
+            raise self._action_error(choices, None, row_label)
+
+    def _flat_starts(self, n_rows: int) -> np.ndarray:
+        """Flat index of each row's group starts in ``(n_rows, size)`` rows, cached per row count."""
+        starts = self._flat_cache.get(n_rows)
+        if starts is None:
+            starts = np.arange(n_rows, dtype=np.uint64)[:, None] * self.size + self._starts.astype(np.uint64)
+            self._flat_cache[n_rows] = starts
+        return starts
+
+    def _action_error(
+        self, choices: MaskArray, allowed: MaskArray | None, row_label: Callable[[int], str] | None
+    ) -> ValueError:
+        """The error for the first bad choice: fractional or out of range (``allowed`` None), or masked."""
+        values = np.asarray(choices.cpu() if isinstance(choices, torch.Tensor) else choices, dtype=np.float64)
+        if allowed is None:
+            bad = ~((values >= 0) & (values < self._limits) & (values % 1 == 0))
+        else:
+            bad = ~np.asarray(allowed.cpu() if isinstance(allowed, torch.Tensor) else allowed)
+        env, group = (int(i) for i in np.argwhere(bad)[0])
+        label = f"env {env}" if row_label is None else row_label(env)
+        part = "" if len(self.groups) == 1 else f" (sub-action {group})"
+        value = choices[env, group].item()
+        if allowed is None:
+            why = f"is not a choice of {self.space_repr}: choices are the integers 0 to {self.groups[group] - 1}"
+        else:
+            why = f"is forbidden by its own action mask (mask entry {int(self._starts[group]) + int(value)} is False)"
+        return ValueError(
+            f"action for {label}{part} is {value!r}, which {why}. Store the action the policy drew under this "
+            "mask, or pass check_values=False to the buffer to skip this check."
+        )
 
     def _all_allowed(self, rows: MaskArray) -> bool:
         """Whether every group of every row allows a choice: :meth:`_allowed_groups` reduced, in as few numpy
@@ -131,6 +223,28 @@ class MaskSpec:
         if isinstance(rows, torch.Tensor):
             return torch.stack([part.any(-1) for part in rows.split(list(self.groups), dim=-1)], dim=-1)
         return np.logical_or.reduceat(rows, self._starts, axis=1)
+
+
+def _mask_array(masks: object) -> MaskArray:
+    """Masks as a numpy array or a tensor of a numeric dtype, or a ValueError that says what was given."""
+    if isinstance(masks, torch.Tensor):
+        if masks.device.type == "meta":
+            raise ValueError("action_masks is a tensor on the meta device, which holds no data: pass real masks.")
+        if masks.dtype.is_complex:
+            raise ValueError(f"action_masks has dtype {masks.dtype}; pass boolean (or 0/1 integer) masks.")
+        return masks
+    try:
+        array = np.asarray(masks)
+    except ValueError as error:  # numpy's "inhomogeneous shape"
+        raise ValueError(
+            f"action_masks is ragged ({error}): every env's mask row must have the same number of entries."
+        ) from None
+    if array.dtype.kind not in "biuf":
+        raise ValueError(
+            f"action_masks has dtype {array.dtype} ({type(masks).__name__} of {array.dtype.kind!r} kind); masks "
+            "must be bool, or integers or floats that are 0 or 1. Pass boolean masks."
+        )
+    return array
 
 
 def mask_spec(action_space: spaces.Space) -> MaskSpec:

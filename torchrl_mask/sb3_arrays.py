@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from tensordict.utils import NestedKey
 
-__all__ = ["ArrayLike", "SB3Array", "float_masks", "to_numpy"]
+__all__ = ["ArrayLike", "SB3Array", "WriteThroughArray", "float_masks", "to_numpy"]
 
 ArrayLike = np.ndarray | torch.Tensor | float | int | bool
 
@@ -41,11 +41,52 @@ def float_masks(masks: torch.Tensor) -> torch.Tensor:
     return masks.view(torch.uint8).to(torch.float32)
 
 
+class WriteThroughArray(np.ndarray):
+    """A host copy of a storage leaf whose item assignments write through to the leaf (``arr[1, :] = 1``).
+
+    SB3 code writes buffer attributes in place (a reward-shaping callback writes ``rewards[t, env]``); where the
+    attribute cannot be a view of the storage (a bool leaf served as float32, or a leaf on an accelerator), the
+    attribute is this copy: ``arr[key] = value`` updates the copy and writes the whole array back to the leaf.
+    Other in-place writes (a view's items, ``+=``, ``out=``) raise, as the copy is read-only for them.
+    """
+
+    _write_back: Any = None
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if any(isinstance(out, WriteThroughArray) for out in kwargs.get("out", ())):
+            raise ValueError(
+                f"In-place {ufunc.__name__} on a copy of the rollout storage would be lost: assign instead, "
+                "e.g. buf.episode_starts[t] = buf.episode_starts[t] + 1."
+            )
+        plain = tuple(x.view(np.ndarray) if isinstance(x, WriteThroughArray) else x for x in inputs)
+        return getattr(ufunc, method)(*plain, **kwargs)  # results are plain arrays
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if self._write_back is None:
+            if self.base is not None and isinstance(self.base, WriteThroughArray):
+                raise ValueError(
+                    "This is a view of a copy of the rollout storage: writes to it would be lost. Index the "
+                    "buffer attribute itself, e.g. buf.episode_starts[1, :] = 1, or assign the whole attribute."
+                )
+            super().__setitem__(key, value)
+            return
+        self.flags.writeable = True
+        try:
+            super().__setitem__(key, value)
+        finally:
+            self.flags.writeable = False
+        self._write_back(self)
+
+
 class SB3Array:
     """A buffer attribute read and written as a ``(buffer_size, n_envs, ...)`` numpy array (a descriptor).
 
-    On the CPU the array is a view of the storage leaf (writes land in the rollout); on an accelerator it is
-    a host copy. ``layout`` adapts the leaf to SB3's per-env shape: ``"squeeze"`` drops the leaf's trailing 1
+    On the CPU the array is a view of the storage leaf (writes land in the rollout). Where it cannot be a view (a
+    ``dtype`` other than the leaf's, such as the float32 ``episode_starts`` and ``action_masks`` of bool leaves,
+    or a leaf on an accelerator), it is a :class:`WriteThroughArray`: a copy whose item assignments
+    (``buf.episode_starts[1, :] = 1``) are written back to the leaf, as in sb3-contrib where these arrays are the
+    storage; a bool leaf stores non-zero as True. ``layout`` adapts the leaf to SB3's per-env shape:
+    ``"squeeze"`` drops the leaf's trailing 1
     (SB3 keeps rewards, values ... as ``(T, n_envs)``); ``"rows"`` makes it ``(T, n_envs, width)`` (SB3's
     ``(T, n_envs, 1)`` Discrete actions).
 
@@ -70,9 +111,15 @@ class SB3Array:
     def __get__(self, buf: Any, owner: type) -> Any:
         if buf is None:
             return self
-        array = to_numpy(self._sb3_view(buf))
-        return array if self.dtype is None else array.astype(self.dtype)
+        view = self._sb3_view(buf)
+        array = to_numpy(view)
+        if self.dtype is None and view.device.type == "cpu":
+            return array
+        copy = np.array(array, dtype=self.dtype or array.dtype).view(WriteThroughArray)
+        copy.flags.writeable = False
+        copy._write_back = lambda written: self.__set__(buf, written)
+        return copy
 
     def __set__(self, buf: Any, value: ArrayLike) -> None:
         view = self._sb3_view(buf)
-        view.copy_(torch.as_tensor(np.asarray(value)).reshape(view.shape))
+        view.copy_(torch.as_tensor(np.array(value)).reshape(view.shape))

@@ -1,0 +1,251 @@
+"""Reading one SB3 ``add()`` step into arrays that fit the storage's slots, checking all of it, writing nothing.
+
+:class:`StepReader` is the checking half of :meth:`torchrl_mask.MaskableRolloutBuffer.add`: it brings each input
+to its slot's shape on the host, refuses what the storage cannot hold as given (a field of the wrong shape or of
+a non-numeric dtype, a ragged or string mask), and with ``check_values`` refuses values that would train on
+nonsense: a reward, value or log-probability that is not finite, an action out of its space's range, fractional,
+or forbidden by its own mask, an observation that does not fit an integer leaf's dtype (300 into uint8). The
+buffer writes only what :meth:`StepReader.read` returns, so a rejected step leaves the storage as it was.
+
+The reader runs on every env step. The common case (numpy arrays of the slot's shape, tensors for the value and
+log-probability, boolean masks) costs a type test, a shape comparison and a dtype-kind test per field; the
+value checks are fused: one dot product over the three float fields (finite iff the sum of squares is), and one
+gather of each action's own mask entry (an allowed action also proves its mask row allows a choice).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from torchrl_mask.masks import MaskSpec
+
+__all__ = ["StepReader"]
+
+_NUMERIC = "biuf"  # numpy dtype kinds the storage takes: bool, signed and unsigned integers, floats
+_FLOATS = ("reward", "value", "log_prob")
+_BOOL = np.dtype(np.bool_)
+
+
+def _observation_name(path: tuple[str, ...]) -> str:
+    return f"observation[{']['.join(map(repr, path))}]" if path else "observation"
+
+
+class StepReader:
+    """Checks one step of ``n_envs`` envs and returns it as host arrays shaped like the storage's slots.
+
+    :param n_envs: envs per step.
+    :param obs_paths: per observation leaf, its key path in a Dict space (``()`` for a non-Dict space).
+    :param obs_slots: per observation leaf, its slot ``(n_envs, *leaf_shape)``.
+    :param obs_dtypes: per observation leaf, its numpy dtype in the storage.
+    :param action_slot: the action's slot, ``(n_envs,)`` for Discrete else ``(n_envs, action_dim)``.
+    :param spec: the action space's mask layout.
+    """
+
+    def __init__(
+        self,
+        n_envs: int,
+        obs_paths: Sequence[tuple[str, ...]],
+        obs_slots: Sequence[tuple[int, ...]],
+        obs_dtypes: Sequence[np.dtype],
+        action_slot: tuple[int, ...],
+        spec: MaskSpec,
+    ) -> None:
+        self.n_envs = n_envs
+        self.obs_paths = list(obs_paths)
+        self.obs_slots = list(obs_slots)
+        self.obs_dtypes = list(obs_dtypes)
+        self.action_slot = action_slot
+        self.spec = spec
+        self._stage = np.empty((3, n_envs), dtype=np.float32)  # reward, value, log_prob: one finite check
+        self._stage_flat = self._stage.reshape(-1)
+        self._env_slot = (n_envs,)
+        self._mask_slot = (n_envs, spec.size)
+        self._fits: dict[tuple[int, np.dtype], bool] = {}  # (leaf, input dtype): every value fits the leaf
+
+    def read(
+        self,
+        obs_items: Sequence[Any],
+        fields: tuple[Any, Any, Any, Any, Any],
+        action_masks: Any,
+        check_masks: bool,
+        check_values: bool,
+    ) -> list[Any]:
+        """Check one step; return its arrays in write order: observation leaves, action, reward,
+        episode_start, value, log_prob, masks (``True`` when None: every action allowed).
+
+        :param obs_items: one array per observation leaf, in storage order.
+        :param fields: SB3's ``(action, reward, episode_start, value, log_prob)``.
+        :param action_masks: ``(n_envs, mask_dims)`` masks or None.
+        :param check_masks: check that each mask row allows an action.
+        :param check_values: check the values (finite floats, valid actions, no integer wrap-around).
+        :raises ValueError: the first problem found, naming the field and what it expected.
+        """
+        arrays = []
+        for index, (item, slot, dtype) in enumerate(zip(obs_items, self.obs_slots, self.obs_dtypes, strict=True)):
+            array = item
+            if type(array) is not np.ndarray or array.shape != slot or array.dtype.kind not in _NUMERIC:
+                array = self._observation(index, item)
+            if check_values and array.dtype is not dtype:
+                self._check_fits(index, array)
+            arrays.append(array)
+        action, reward, start, value, log_prob = fields
+        if type(action) is not np.ndarray or action.shape != self.action_slot or action.dtype.kind not in _NUMERIC:
+            action = self._array("action", action, self.action_slot)
+        slot = self._env_slot
+        if type(start) is not np.ndarray or start.shape != slot or start.dtype.kind not in _NUMERIC:
+            start = self._array("episode_start", start, slot)
+        stage = self._stage
+        if type(reward) is not np.ndarray or reward.shape != slot or reward.dtype.kind not in _NUMERIC:
+            reward = self._array("reward", reward, slot)
+        stage[0] = reward
+        stage[1] = self._row("value", value)
+        stage[2] = self._row("log_prob", log_prob)
+        if check_values and not math.isfinite(np.dot(self._stage_flat, self._stage_flat)):
+            self._check_finite()  # not finite, or a sum of squares past float32's range: find out which
+        masks: Any = True
+        if action_masks is not None:
+            masks = action_masks
+            if type(masks) is not np.ndarray or masks.dtype is not _BOOL or masks.shape != self._mask_slot:
+                masks = self.spec.reshape(self._host("action_masks", masks), self.n_envs)
+        if check_values:
+            # An action allowed by its own mask row also proves that the row allows a choice.
+            self.spec.check_actions(action, masks if check_masks and masks is not True else None)
+        elif check_masks and masks is not True:
+            self.spec.check(masks, self.n_envs)
+        arrays += [action, stage[0], start, stage[1], stage[2], masks]
+        return arrays
+
+    def _observation(self, index: int, item: Any) -> np.ndarray:
+        """The slow path of one observation leaf: converted, reshaped, or refused naming it."""
+        where = _observation_name(self.obs_paths[index])
+        slot = self.obs_slots[index]
+        array = self._host(where, item)
+        if array.shape != slot:
+            if slot[1:] == (1,) and tuple(array.shape) == slot[:1]:  # Discrete observations come flat
+                array = array.reshape(slot)
+            else:
+                raise ValueError(
+                    f"{where} has shape {tuple(array.shape)}, expected {slot} "
+                    f"(n_envs={self.n_envs} times the space's shape {slot[1:]})."
+                )
+        if array.dtype.kind not in _NUMERIC:
+            raise ValueError(f"{where} has dtype {array.dtype}; observations must be numbers (bool, int or float).")
+        return array
+
+    def _check_fits(self, index: int, array: np.ndarray) -> None:
+        """Refuse values an integer leaf would wrap around; only for inputs its dtype cannot hold safely."""
+        leaf = self.obs_dtypes[index]
+        key = (index, array.dtype)
+        safe = self._fits.get(key)
+        if safe is None:
+            safe = self._fits[key] = leaf.kind not in "iu" or bool(np.can_cast(array.dtype, leaf, "safe"))
+        if safe or array.size == 0:
+            return
+        info = np.iinfo(leaf)
+        low, high = array.min(), array.max()
+        if not (info.min <= low and high <= info.max):  # False for NaN too
+            bad = (low if not info.min <= low else high).item()
+            where = _observation_name(self.obs_paths[index])
+            raise ValueError(
+                f"{where} holds {bad!r}, which does not fit the leaf's dtype {leaf} ({info.min} to {info.max}) and "
+                "would be stored wrapped around. Clip or rescale it, or pass check_values=False to skip this check."
+            )
+
+    def _row(self, name: str, item: Any) -> np.ndarray:
+        """A value or log-probability as ``(n_envs,)``: SB3 passes CPU tensors, ``(n_envs, 1)`` or ``(n_envs,)``."""
+        if type(item) is torch.Tensor and item.is_cpu and not item.requires_grad:
+            array = item.numpy()
+            if array.size == self.n_envs and array.dtype.kind in _NUMERIC:
+                return array.reshape(self._env_slot)
+        return self._array(name, item, self._env_slot)
+
+    def _array(self, name: str, item: Any, slot: tuple[int, ...]) -> np.ndarray:
+        """``item`` on the host in its slot's shape and of a numeric dtype, or a ValueError naming ``name``."""
+        if type(item) is np.ndarray:
+            array = item
+        elif type(item) is torch.Tensor and item.device.type == "cpu":
+            array = item.numpy(force=True)  # SB3's values and log-probabilities: the common case first
+        else:
+            array = self._host(name, item)
+        if array.shape != slot:
+            size = math.prod(slot)
+            if array.size != size:
+                expected = f"({self.n_envs},)" if len(slot) == 1 else str(slot)
+                raise ValueError(
+                    f"{name} has shape {tuple(array.shape)} ({array.size} entries), expected {expected}: "
+                    f"{size // self.n_envs} per env for n_envs={self.n_envs}."
+                )
+            array = array.reshape(slot)
+        if array.dtype.kind not in _NUMERIC:
+            raise ValueError(f"{name} has dtype {array.dtype}; it must hold numbers (bool, int or float).")
+        return array
+
+    @staticmethod
+    def _host(name: str, item: Any) -> np.ndarray:
+        """A numpy array of ``item`` (zero-copy for CPU tensors), or a ValueError naming ``name``."""
+        if isinstance(item, torch.Tensor):
+            if item.device.type == "meta":
+                raise ValueError(f"{name} is a tensor on the meta device, which holds no data: pass real values.")
+            return item.numpy(force=True)
+        try:
+            return np.asarray(item)
+        except ValueError as error:  # numpy's "inhomogeneous shape"
+            raise ValueError(f"{name} is ragged ({error}): give one value per env.") from None
+
+    def _check_finite(self) -> None:
+        finite = np.isfinite(self._stage)
+        for name, row in zip(_FLOATS, finite, strict=True):
+            if not row.all():
+                env = int(np.argmin(row))
+                raise ValueError(
+                    f"{name} for env {env} is {self._stage[_FLOATS.index(name), env]} as float32: rewards, values "
+                    "and log-probabilities must be finite. Fix the env or policy, or pass check_values=False."
+                )
+
+
+def check_batch_values(
+    observations: Sequence[tuple[str, torch.Tensor, torch.dtype]],
+    floats: Sequence[tuple[str, torch.Tensor]],
+    actions: torch.Tensor,
+    masks: torch.Tensor | None,
+    spec: MaskSpec,
+    steps: int,
+) -> None:
+    """``extend()``'s value checks over a whole collector batch, in torch on the batch's device.
+
+    :param observations: ``(name, batch leaf, storage dtype)`` per observation leaf.
+    :param floats: ``(name, tensor)`` of the entries that must be finite (reward, values, log-probabilities).
+    :param actions: ``(n_envs * steps, n_groups)`` actions, one choice per mask group.
+    :param masks: ``(n_envs * steps, mask_dims)`` bool masks, or None to skip the allowed-by-mask check.
+    :param spec: the action space's mask layout.
+    :param steps: steps per env, to name a row as ``env e, step t``.
+    :raises ValueError: the first value that is not finite, does not fit its leaf, or is not a valid action.
+    """
+    for name, tensor, dtype in observations:
+        # Float and bool leaves take any number (bool as non-zero); a bool input fits any leaf.
+        fits_any = dtype.is_floating_point or torch.bool in (dtype, tensor.dtype)
+        if tensor.dtype != dtype and not fits_any and tensor.numel():
+            info = torch.iinfo(dtype)
+            wider = tensor.is_floating_point() or info.min > torch.iinfo(tensor.dtype).min
+            if wider or info.max < torch.iinfo(tensor.dtype).max:
+                low, high = tensor.min().item(), tensor.max().item()
+                if not (info.min <= low and high <= info.max):
+                    raise ValueError(
+                        f"Batch entry {name} holds {low if low < info.min else high!r}, which does not fit the "
+                        f"storage dtype {dtype} ({info.min} to {info.max}) and would be stored wrapped around. "
+                        "Clip or rescale it, or pass check_values=False to skip this check."
+                    )
+    for name, tensor in floats:
+        finite = torch.isfinite(tensor.reshape(-1, steps))
+        if not bool(finite.all()):
+            env, step = (int(i) for i in torch.nonzero(~finite)[0])
+            raise ValueError(
+                f"Batch entry {name} is {tensor.reshape(-1, steps)[env, step].item()} at env {env}, step {step}: "
+                "rewards, values and log-probabilities must be finite. Pass check_values=False to skip this check."
+            )
+    spec.check_actions(actions, masks, lambda row: f"env {row // steps}, step {row % steps}")
