@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -469,7 +469,14 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
 
     def _minibatches(self, indices: np.ndarray, batch_size: int) -> Generator[Any, None, None]:
         columns = minibatch_columns(self._flat_leaves(), indices, batch_size, host=self._host)
-        yield from map(self._samples_from_rows, *columns)  # map, not zip: see torchrl_mask.minibatches
+        n_obs = len(self._obs_leaves)
+        # One Python call per minibatch beyond the tensors themselves: the namedtuple's. map, not zip: see
+        # torchrl_mask.minibatches.
+        yield from map(self._samples_type, self._observation_column(columns[:n_obs]), *columns[n_obs:])
+
+    def _observation_column(self, columns: list[Iterable[torch.Tensor]]) -> Iterable[Any]:
+        """Minibatch observations, as the namedtuple holds them, from the observation leaves' columns."""
+        return columns[0]
 
     def _samples_from_rows(self, *rows: torch.Tensor) -> Any:
         """The namedtuple of one minibatch's rows, given in :meth:`_flat_leaves` order."""
@@ -570,9 +577,18 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
             return dict(zip(self._flat_keys, leaves, strict=True))
         return self._nest(leaves)
 
+    def _observation_column(self, columns: list[Iterable[torch.Tensor]]) -> Iterable[Any]:
+        if self._top_keys is not None:
+            return map(functools.partial(_dict_of, self._flat_keys), *columns)
+        return map(lambda *leaves: self._nest(leaves), *columns)
+
     @functools.cached_property
     def _flat_keys(self) -> list[str]:
         return [path[0] for path in self._obs_paths]
+
+
+def _dict_of(keys: Sequence[str], *values: Any) -> dict[str, Any]:
+    return dict(zip(keys, values, strict=True))
 
 
 def _leaf_names(obs: Mapping[str, Any], prefix: str = "") -> list[str]:
