@@ -467,8 +467,21 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         flat.append(leaf[st.ACTION_MASK].reshape(total, -1))
         return flat
 
+    def _gather_sources(self) -> list[np.ndarray] | list[torch.Tensor]:
+        """What ``get`` gathers from: :meth:`_flat_leaves` as numpy views on the host, the tensors elsewhere.
+
+        Made once per storage (``reset`` reuses the storage) and kept beside it: ``get`` runs every epoch, and
+        for a small rollout making these views costs as much as its minibatches.
+        """
+        cached = self.__dict__.get("_gather_cache")
+        if cached is None or cached[0] is not self._rollout or cached[1] != self._host:
+            flat = self._flat_leaves()
+            cached = (self._rollout, self._host, [tensor.numpy() for tensor in flat] if self._host else flat)
+            self.__dict__["_gather_cache"] = cached
+        return cached[2]
+
     def _minibatches(self, indices: np.ndarray, batch_size: int) -> Generator[Any, None, None]:
-        columns = minibatch_columns(self._flat_leaves(), indices, batch_size, host=self._host)
+        columns = minibatch_columns(self._gather_sources(), indices, batch_size)
         n_obs = len(self._obs_leaves)
         # One Python call per minibatch beyond the tensors themselves: the namedtuple's. map, not zip: see
         # torchrl_mask.minibatches.

@@ -20,8 +20,8 @@ until the next one is built, i.e. one more wide minibatch alive while the next i
 
 Example:
     >>> import numpy as np, torch
-    >>> leaves = [torch.arange(6).reshape(6, 1), torch.ones(6, 3, dtype=torch.bool)]  # the mask leaf last
-    >>> actions, masks = minibatch_columns(leaves, np.array([5, 0, 3, 1, 2, 4]), batch_size=4, host=True)
+    >>> leaves = [np.arange(6).reshape(6, 1), np.ones((6, 3), dtype=bool)]  # the mask leaf last
+    >>> actions, masks = minibatch_columns(leaves, np.array([5, 0, 3, 1, 2, 4]), batch_size=4)
     >>> [rows.flatten().tolist() for rows in actions], next(iter(masks)).dtype
     ([[5, 0, 3, 1], [2, 4]], torch.float32)
 """
@@ -31,7 +31,8 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import cast
 
 import numpy as np
 import torch
@@ -49,72 +50,80 @@ PER_EPOCH_SLICE_BYTES = 16 * 1024
 
 
 def minibatch_columns(
-    leaves: list[torch.Tensor], indices: np.ndarray, batch_size: int, host: bool
+    leaves: Sequence[np.ndarray] | Sequence[torch.Tensor], indices: np.ndarray, batch_size: int
 ) -> list[Iterable[torch.Tensor]]:
     """One epoch's minibatches, field by field.
 
     :param leaves: storage leaves flattened to rows, ``(total, ...)`` each, in namedtuple order; the last one is
-        the bool mask, ``(total, mask_dims)``.
+        the bool mask, ``(total, mask_dims)``. numpy arrays (host storage: numpy gathers) or tensors (on an
+        accelerator: ``index_select``).
     :param indices: the epoch's order of the rows, ``(total,)`` int64.
     :param batch_size: rows per minibatch (the last may be smaller).
-    :param host: the leaves are CPU tensors (numpy gathers), else on an accelerator (``index_select``).
     :return: one iterable per leaf, each yielding ``ceil(total / batch_size)`` tensors ``(rows, ...)``; the masks'
         as float32.
     """
-    gather = _HostGather(indices, batch_size) if host else _DeviceGather(indices, batch_size)
+    total = len(indices)
+    sizes = [batch_size] * (total // batch_size) + ([total % batch_size] if total % batch_size else [])
     last = len(leaves) - 1
-    columns = []
-    for i, tensor in enumerate(leaves):
-        is_mask = i == last
-        row_bytes = math.prod(tensor.shape[1:]) * (4 if is_mask else tensor.element_size())
-        if batch_size >= len(indices) or row_bytes * batch_size <= PER_EPOCH_SLICE_BYTES:
-            columns.append(gather.per_epoch(tensor, is_mask))
-        else:
-            columns.append(gather.per_minibatch(tensor, is_mask))
-    return columns
+    if isinstance(leaves[0], np.ndarray):
+        host = _HostGather(indices, sizes)
+        return [host.column(leaf, i == last) for i, leaf in enumerate(cast(Sequence[np.ndarray], leaves))]
+    device = _DeviceGather(indices, sizes)
+    return [device.column(leaf, i == last) for i, leaf in enumerate(cast(Sequence[torch.Tensor], leaves))]
+
+
+def _per_epoch(shape: Sequence[int], item_bytes: int, is_mask: bool, sizes: list[int]) -> bool:
+    """Whether a leaf of this shape is gathered once per epoch (see :data:`PER_EPOCH_SLICE_BYTES`)."""
+    row_bytes = math.prod(shape[1:]) * (4 if is_mask else item_bytes)  # masks are handed out as float32
+    return len(sizes) == 1 or row_bytes * sizes[0] <= PER_EPOCH_SLICE_BYTES
 
 
 class _HostGather:
-    """numpy gathers of CPU leaves; the tensors handed out share numpy's memory."""
+    """numpy gathers of host leaves; the tensors handed out share numpy's memory."""
 
-    def __init__(self, indices: np.ndarray, batch_size: int) -> None:
+    def __init__(self, indices: np.ndarray, sizes: list[int]) -> None:
         self.indices = indices
-        self.batch_size = batch_size
+        self.sizes = sizes
 
-    def per_epoch(self, tensor: torch.Tensor, is_mask: bool) -> Iterable[torch.Tensor]:
-        rows = tensor.numpy().take(self.indices, axis=0)
-        if is_mask:
-            rows = rows.astype(np.float32)
-        return torch.from_numpy(rows).split(self.batch_size)
+    def column(self, array: np.ndarray, is_mask: bool) -> Iterable[torch.Tensor]:
+        if _per_epoch(array.shape, array.itemsize, is_mask, self.sizes):
+            return self.per_epoch(array, is_mask)
+        return self.per_minibatch(array, is_mask)
 
-    def per_minibatch(self, tensor: torch.Tensor, is_mask: bool) -> Iterable[torch.Tensor]:
-        size = self.batch_size
-        chunks = [self.indices[start : start + size] for start in range(0, len(self.indices), size)]
-        column: Iterable[np.ndarray] = map(tensor.numpy().take, chunks, itertools.repeat(0))
-        if is_mask:
-            column = map(_float32, column)
-        return map(torch.from_numpy, column)
+    def per_epoch(self, array: np.ndarray, is_mask: bool) -> Iterable[torch.Tensor]:
+        rows = array.take(self.indices, axis=0)
+        return torch.from_numpy(rows.astype(np.float32) if is_mask else rows).split_with_sizes(self.sizes)
+
+    def per_minibatch(self, array: np.ndarray, is_mask: bool) -> Iterable[torch.Tensor]:
+        chunks = np.split(self.indices, np.cumsum(self.sizes[:-1]))
+        column: Iterable[np.ndarray] = map(array.take, chunks, itertools.repeat(0))
+        return map(torch.from_numpy, map(_float32, column) if is_mask else column)
 
 
 class _DeviceGather:
     """``index_select`` on the leaves' device; masks become float32 there."""
 
-    def __init__(self, indices: np.ndarray, batch_size: int) -> None:
-        self.batch_size = batch_size
-        self.index: torch.Tensor | None = None
+    def __init__(self, indices: np.ndarray, sizes: list[int]) -> None:
         self.indices = indices
+        self.sizes = sizes
+        self.index: torch.Tensor | None = None
 
     def _index(self, device: torch.device) -> torch.Tensor:
         if self.index is None:
             self.index = torch.from_numpy(self.indices).to(device)
         return self.index
 
+    def column(self, tensor: torch.Tensor, is_mask: bool) -> Iterable[torch.Tensor]:
+        if _per_epoch(tensor.shape, tensor.element_size(), is_mask, self.sizes):
+            return self.per_epoch(tensor, is_mask)
+        return self.per_minibatch(tensor, is_mask)
+
     def per_epoch(self, tensor: torch.Tensor, is_mask: bool) -> Iterable[torch.Tensor]:
         rows = tensor.index_select(0, self._index(tensor.device))
-        return (float_masks(rows) if is_mask else rows).split(self.batch_size)
+        return (float_masks(rows) if is_mask else rows).split_with_sizes(self.sizes)
 
     def per_minibatch(self, tensor: torch.Tensor, is_mask: bool) -> Iterable[torch.Tensor]:
-        chunks = self._index(tensor.device).split(self.batch_size)
+        chunks = self._index(tensor.device).split_with_sizes(self.sizes)
         column = map(functools.partial(torch.index_select, tensor, 0), chunks)
         return map(float_masks, column) if is_mask else column
 
