@@ -299,3 +299,14 @@ def test_wrong_buffer_for_the_observation_space_says_which_to_use():
         MaskableRolloutBuffer(4, OBS_SPACES["dict"], ACTION_SPACES["discrete"], "cpu")
     with pytest.raises(TypeError, match="use MaskableRolloutBuffer"):
         MaskableDictRolloutBuffer(4, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu")
+
+
+def test_get_reads_the_storage_as_it_is_now_after_a_write_between_epochs():
+    # get() keeps its flat views of the storage from one call to the next; they must stay views, not copies.
+    _, ours = make_pair(OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], buffer_size=8, n_envs=2)
+    fill_pair(_, ours, seed=0)
+    assert any(batch.advantages.abs().sum() > 0 for batch in ours.get(4))
+    ours.advantages = np.zeros((8, 2))
+    ours.tensordict["observation", "image"].fill_(7)
+    assert all(batch.advantages.abs().sum() == 0 for batch in ours.get(4))
+    assert all((batch.observations["image"] == 7).all() for batch in ours.get(16))

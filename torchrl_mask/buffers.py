@@ -78,6 +78,8 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     """
 
     _samples_type: type = MaskableRolloutBufferSamples
+    # get()'s flat views of the storage, with the storage they view and whether they are numpy (host) views.
+    _gather_cache: tuple[TensorDict | None, bool, list[Any]] | None = None
 
     observations = SB3Array(st.OBSERVATION)
     actions = SB3Array(st.ACTION, layout="rows")
@@ -473,11 +475,11 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         Made once per storage (``reset`` reuses the storage) and kept beside it: ``get`` runs every epoch, and
         for a small rollout making these views costs as much as its minibatches.
         """
-        cached = self.__dict__.get("_gather_cache")
+        cached = self._gather_cache
         if cached is None or cached[0] is not self._rollout or cached[1] != self._host:
             flat = self._flat_leaves()
             cached = (self._rollout, self._host, [tensor.numpy() for tensor in flat] if self._host else flat)
-            self.__dict__["_gather_cache"] = cached
+            self._gather_cache = cached
         return cached[2]
 
     def _minibatches(self, indices: np.ndarray, batch_size: int) -> Generator[Any, None, None]:
