@@ -1,6 +1,8 @@
-"""sb3-contrib's maskable rollout buffers against torchrl_mask's, side by side: ``python benchmarks/bench_buffers.py``.
+"""sb3-contrib's maskable rollout buffers against torchrl_mask's over a grid: ``python benchmarks/bench_buffers.py``.
 
-The same as ``torchrl-mask bench``; the workloads and the method are in :mod:`torchrl_mask.benchmark`.
+The same as ``torchrl-mask bench`` (``--grid quick|default|full``, axis filters, variants, ``--update
+docs/benchmarks.md``); the grid is in :mod:`torchrl_mask.benchmark_grid`, the method in
+:mod:`torchrl_mask.benchmark`.
 """
 
 from torchrl_mask.benchmark import main

@@ -1,35 +1,127 @@
-"""The benchmark runs and reports what it claims to (no timing is asserted: machines here are noisy)."""
+"""The benchmark grid runs and reports what it claims to (no timing is asserted: machines here are noisy)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from torchrl_mask import benchmark
+from torchrl_mask import benchmark_grid as grid
+from torchrl_mask import benchmark_report as report
 
 
-def test_bench_prints_a_row_per_phase_with_medians_and_ratios(capsys):
-    assert benchmark.main(["--workloads", "vector", "--rounds", "1", "--no-memory", "--device", "cpu"]) == 0
+def test_quick_grid_reports_both_libraries_every_phase_and_the_worst_cell(capsys, tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(f"# Title\n\n{report.BEGIN}\nold text\n{report.END}\n\nkept\n")
+    raw = tmp_path / "raw.json"
+    argv = ["--grid", "quick", "--rounds", "1", "--memory", "none", "--update", str(page), "--json", str(raw)]
+    assert benchmark.main(argv) == 0
     out = capsys.readouterr().out
-    for phase in ("add", "gae", "get", "**total**"):
-        assert re.search(rf"\| vector \| {re.escape(phase)} \| [\d.]+ \| [\d.]+ \| [\d.]+x \|", out), phase
-    assert "sb3-contrib time / torchrl_mask time" in out
+    ms, ratio = r"[\d.]+ / [\d.]+ / [\d.]+", r"[\d.]+x"
+    for cell in grid.GRIDS["quick"]:
+        row = (
+            rf"\| {cell.n_steps} x {cell.n_envs} \| {cell.dones} \| {cell.obs} \| {cell.mask} \| {cell.batch_size} "
+            rf"\| {ms} \| {ms} \| {ratio} \| {ratio} \| {ratio} \| \*\*{ratio}\*\* \|"
+        )
+        assert re.search(row, out), cell.key
+    assert "| sb3-contrib ms add / GAE / get | torchrl_mask ms add / GAE / get |" in out
+    summary = re.search(r"`default`: lowest speed-up over the 2 cells, per phase: (.*)\. Highest", out)
+    assert summary is not None
+    for label in ("add", "GAE", "get", "iteration"):
+        assert re.search(rf"{label} \*\*[\d.]+x\*\* \((128x1|128x8)-", summary.group(1)), label
+    text = page.read_text()
+    assert "old text" not in text and text.startswith("# Title") and text.endswith("kept\n")
+    assert "### Buffer grid, one PPO iteration (cpu)" in text and "torchrl-mask bench --grid quick" in text
+    cells = json.loads(raw.read_text())["cells"]
+    assert [c["cell"] for c in cells] == [cell.key for cell in grid.GRIDS["quick"]]
+    for c in cells:  # both sides did the same work, and each ratio is the pairing of the two times
+        assert c["max_difference"]["default"] < 1e-4
+        assert set(c["times"]) == {"sb3-contrib", "default"}
+        times = c["times"]
+        assert c["speedup"]["default"]["total"] == pytest.approx(
+            times["sb3-contrib"]["total"] / times["default"]["total"], rel=1e-9
+        )  # one round: the median of one ratio
+
+
+def test_default_grid_covers_every_axis_value_and_sb3s_default_shape():
+    cells = grid.GRIDS["default"]
+    for axis, values in grid.AXES.items():
+        assert {getattr(cell, axis) for cell in cells} == set(values), axis
+    assert {(2048, 8, "image"), (2048, 8, "vector")} <= {(c.n_steps, c.n_envs, c.obs) for c in cells}
+    assert len(grid.GRIDS["full"]) == 2 * 3 * 3 * 2 * 3
+    assert all(grid.Cell.from_key(cell.key) == cell for cell in grid.GRIDS["full"])
+
+
+def test_axis_filters_keep_matching_cells_and_refuse_an_empty_selection():
+    cells = grid.grid("full", n_envs=[8], obs=["vector"], dones=None)
+    assert len(cells) == 2 * 3 * 3 and all(c.n_envs == 8 and c.obs == "vector" for c in cells)
+    with pytest.raises(ValueError, match="no cell of the 'quick' grid"):
+        grid.grid("quick", n_steps=[2048])
+
+
+@pytest.mark.parametrize("n_envs", [1, 8])
+def test_done_patterns_have_the_episode_ends_they_claim(n_envs):
+    rng = np.random.default_rng(0)
+    assert not grid.done_pattern("none", 2048, n_envs, rng).any()
+    assert 0.005 < grid.done_pattern("uniform", 2048, n_envs, rng).mean() < 0.02
+    mixed = grid.done_pattern("mixed", 2048, n_envs, rng)
+    long_env = mixed[:1024, 0]  # env 0 runs one long episode (with one env: the first half of the rollout)
+    assert not long_env.any()
+    short = mixed[:, 1:] if n_envs > 1 else mixed[1024:, :1]
+    gaps = [np.diff(np.flatnonzero(column)) for column in short.T]
+    assert all(gap.size and gap.min() >= 16 and gap.max() <= 24 for gap in gaps)
+
+
+def test_inputs_are_what_maskable_ppo_passes_to_add():
+    cell = grid.Cell.from_key("128x8-mixed-image-multidiscrete")
+    inputs = grid.make_inputs(cell, "cpu")
+    (obs, actions, rewards, starts, values, log_probs), masks = inputs.steps[5]
+    assert obs["image"].dtype == np.uint8 and obs["image"].shape == (8, 3, 64, 64)
+    assert actions.dtype == np.int64 and actions.shape == (8, 4)
+    assert rewards.dtype == np.float32 and starts.dtype == bool and masks.dtype == bool and masks.shape == (8, 20)
+    assert isinstance(values, torch.Tensor) and values.shape == (8, 1) and log_probs.shape == (8,)
+    starts_next = inputs.steps[6][0][3]
+    dones = grid.done_pattern("mixed", 128, 8, np.random.default_rng(0))
+    assert starts_next.dtype == bool and starts_next.shape == dones[5].shape
+    assert isinstance(inputs.last_values, torch.Tensor) and inputs.dones.dtype == bool
+
+
+def test_a_variant_the_buffers_reject_is_an_error_unless_listed_to_skip(monkeypatch, capsys):
+    bogus = grid.Variant("bogus", {"no_such_option": True}, "an argument no buffer takes")
+    monkeypatch.setitem(grid.VARIANTS, "bogus", bogus)
+    with pytest.raises(ValueError, match="pass --skip bogus"):
+        benchmark.resolve_variants(["default", "bogus"])
+    variants, skipped = benchmark.resolve_variants(["default", "bogus"], skip=["bogus"])
+    assert [v.name for v in variants] == ["default"] and "no_such_option" in skipped["bogus"]
+    with pytest.raises(ValueError, match="unknown variants"):
+        benchmark.resolve_variants(["nope"])
+
+
+def test_update_refuses_a_file_without_the_markers_before_running(tmp_path, capsys):
+    page = tmp_path / "page.md"
+    page.write_text("no markers here\n")
+    with pytest.raises(SystemExit) as info:
+        benchmark.main(["--grid", "quick", "--update", str(page)])
+    assert info.value.code == 2
+    assert report.BEGIN in capsys.readouterr().err
+    assert page.read_text() == "no markers here\n"
 
 
 def test_peak_memory_of_an_image_iteration_covers_at_least_the_rollout_it_stores():
-    workload = benchmark.WORKLOADS["image"]
-    image_bytes = workload.n_steps * workload.n_envs * 64 * 64
-    peak = benchmark.peak_memory("torchrl_mask", "image", "cpu")
+    cell = grid.Cell.from_key("128x1-none-image-discrete")
+    image_bytes = cell.n_steps * cell.n_envs * 3 * 64 * 64
+    peak = benchmark.peak_memory("default", cell, "cpu")
     assert peak is not None and peak >= image_bytes
 
 
 def test_bench_refuses_cuda_without_a_gpu_in_one_line(capsys):
-    import torch
-
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the refusal cannot happen")
     with pytest.raises(SystemExit) as info:

@@ -455,3 +455,14 @@ def test_writes_that_cannot_reach_the_storage_raise_instead_of_being_lost():
     doubled = starts * 2  # arithmetic gives plain arrays, free to write
     doubled[0, 0] = 5
     assert type(doubled) is np.ndarray and not (ours.episode_starts == 5).any()
+
+
+def test_get_reads_the_storage_as_it_is_now_after_a_write_between_epochs():
+    # get() keeps its flat views of the storage from one call to the next; they must stay views, not copies.
+    _, ours = make_pair(OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], buffer_size=8, n_envs=2)
+    fill_pair(_, ours, seed=0)
+    assert any(batch.advantages.abs().sum() > 0 for batch in ours.get(4))
+    ours.advantages = np.zeros((8, 2))
+    ours.tensordict["observation", "image"].fill_(7)
+    assert all(batch.advantages.abs().sum() == 0 for batch in ours.get(4))
+    assert all((batch.observations["image"] == 7).all() for batch in ours.get(16))

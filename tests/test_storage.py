@@ -70,7 +70,7 @@ def test_memmap_on_an_accelerator_or_unknown_storage_is_refused():
 def test_minibatches_are_identical_whichever_gather_path_is_taken(monkeypatch, tmp_path, leaf_bytes, gather, storage):
     import torchrl_mask.minibatches as minibatches
 
-    monkeypatch.setattr(minibatches, "PER_EPOCH_LEAF_BYTES", leaf_bytes)
+    monkeypatch.setattr(minibatches, "PER_EPOCH_SLICE_BYTES", leaf_bytes)
     ref, ours = make_pair(
         OBS_SPACES["dict"], ACTION_SPACES["multibinary"], buffer_size=7, n_envs=3, storage=storage, memmap_dir=tmp_path
     )
@@ -86,7 +86,7 @@ def test_a_minibatch_the_caller_dropped_is_freed_while_the_epoch_goes_on(monkeyp
 
     import torchrl_mask.minibatches as minibatches
 
-    monkeypatch.setattr(minibatches, "PER_EPOCH_LEAF_BYTES", 0)  # every leaf gathered per minibatch, as images are
+    monkeypatch.setattr(minibatches, "PER_EPOCH_SLICE_BYTES", 0)  # every leaf gathered per minibatch, as images are
     buf = MaskableDictRolloutBuffer(64, OBS_SPACES["dict"], ACTION_SPACES["discrete"], "cpu", n_envs=2)
     ref, _ = make_pair(OBS_SPACES["dict"], ACTION_SPACES["discrete"], 64, 2)
     fill_pair(ref, buf, seed=0)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import numbers
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,8 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     """
 
     _samples_type: type = MaskableRolloutBufferSamples
+    # get()'s flat views of the storage, with the storage they view and whether they are numpy (host) views.
+    _gather_cache: tuple[TensorDict | None, bool, list[Any]] | None = None
 
     observations = SB3Array(st.OBSERVATION)
     actions = SB3Array(st.ACTION, layout="rows")
@@ -502,9 +504,29 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         flat.append(leaf[st.ACTION_MASK].reshape(total, -1))
         return flat
 
+    def _gather_sources(self) -> list[np.ndarray] | list[torch.Tensor]:
+        """What ``get`` gathers from: :meth:`_flat_leaves` as numpy views on the host, the tensors elsewhere.
+
+        Made once per storage (``reset`` reuses the storage) and kept beside it: ``get`` runs every epoch, and
+        for a small rollout making these views costs as much as its minibatches.
+        """
+        cached = self._gather_cache
+        if cached is None or cached[0] is not self._rollout or cached[1] != self._host:
+            flat = self._flat_leaves()
+            cached = (self._rollout, self._host, [tensor.numpy() for tensor in flat] if self._host else flat)
+            self._gather_cache = cached
+        return cached[2]
+
     def _minibatches(self, indices: np.ndarray, batch_size: int) -> Generator[Any, None, None]:
-        columns = minibatch_columns(self._flat_leaves(), indices, batch_size, host=self._host)
-        yield from map(self._samples_from_rows, *columns)  # map, not zip: see torchrl_mask.minibatches
+        columns = minibatch_columns(self._gather_sources(), indices, batch_size)
+        n_obs = len(self._obs_leaves)
+        # One Python call per minibatch beyond the tensors themselves: the namedtuple's. map, not zip: see
+        # torchrl_mask.minibatches.
+        yield from map(self._samples_type, self._observation_column(columns[:n_obs]), *columns[n_obs:])
+
+    def _observation_column(self, columns: list[Iterable[torch.Tensor]]) -> Iterable[Any]:
+        """Minibatch observations, as the namedtuple holds them, from the observation leaves' columns."""
+        return columns[0]
 
     def _samples_from_rows(self, *rows: torch.Tensor) -> Any:
         """The namedtuple of one minibatch's rows, given in :meth:`_flat_leaves` order."""
@@ -607,9 +629,18 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
             return dict(zip(self._flat_keys, leaves, strict=True))
         return self._nest(leaves)
 
+    def _observation_column(self, columns: list[Iterable[torch.Tensor]]) -> Iterable[Any]:
+        if self._top_keys is not None:
+            return map(functools.partial(_dict_of, self._flat_keys), *columns)
+        return map(lambda *leaves: self._nest(leaves), *columns)
+
     @functools.cached_property
     def _flat_keys(self) -> list[str]:
         return [path[0] for path in self._obs_paths]
+
+
+def _dict_of(keys: Sequence[str], *values: Any) -> dict[str, Any]:
+    return dict(zip(keys, values, strict=True))
 
 
 def _leaf_names(obs: Mapping[str, Any], prefix: str = "") -> list[str]:

@@ -1,24 +1,27 @@
-"""How ``get()`` hands out minibatches without copying the rollout: one lazy column per namedtuple field.
+"""How ``get()`` hands out minibatches without copying the rollout: one column per namedtuple field.
 
-A column is an iterable of one field's minibatch rows, in the order of the epoch's shuffled indices:
+A column yields one field's minibatch rows, in the order of the epoch's shuffled indices. Which of two ways a
+leaf takes depends on how many bytes one minibatch holds of it (``batch_size`` rows, masks counted as float32):
 
-- small leaves (at most :data:`PER_EPOCH_LEAF_BYTES`) are shuffled once per epoch into one contiguous copy, and
-  every minibatch is a slice of it (no call per minibatch);
-- large leaves (images, big masks) are gathered when their minibatch is asked for, so the memory of an epoch
-  stays about one minibatch above the storage;
-- masks become sb3-contrib's float32 per minibatch (float32 is four times the bool bytes).
+- narrow leaves (at most :data:`PER_EPOCH_SLICE_BYTES` per minibatch: vectors, values, actions, small masks)
+  are gathered once per epoch into one contiguous copy (masks converted to sb3-contrib's float32 in the same
+  pass) and split into minibatch views in one C++ call. A minibatch then costs one tensor object per field and
+  no gather call: creating the tensor is the floor;
+- wide leaves (images, big masks) are gathered when their minibatch is asked for, so the memory of an epoch
+  stays about one minibatch above the storage. Their gather moves enough bytes that the call's overhead is
+  small beside it, so a per-epoch copy would cost memory and gain no time.
 
-On the host the gathers are numpy's (``np.take`` and slices cost a fraction of torch's ``index_select`` and
-views at these sizes: measured, about a third less time per epoch) and each minibatch tensor shares the memory
-numpy gathered. On an accelerator they are ``index_select`` on the device.
+On the host the gathers are numpy's (``ndarray.take`` costs a fraction of torch's ``index_select`` at these
+sizes) and each minibatch tensor shares the memory numpy gathered. On an accelerator they are ``index_select``
+on the device.
 
-Consume the columns with ``map(make_samples, *columns)``, not ``zip``: ``zip`` keeps its first result tuple
-while the caller holds a minibatch, i.e. one more image minibatch alive for the whole epoch (measured: +250 KiB).
+Consume the columns with ``map(make_samples, *columns)``, not ``zip``: ``zip`` keeps its previous result tuple
+until the next one is built, i.e. one more wide minibatch alive while the next is gathered.
 
 Example:
     >>> import numpy as np, torch
-    >>> leaves = [torch.arange(6).reshape(6, 1), torch.ones(6, 3, dtype=torch.bool)]  # the mask leaf last
-    >>> actions, masks = minibatch_columns(leaves, np.array([5, 0, 3, 1, 2, 4]), batch_size=4, host=True)
+    >>> leaves = [np.arange(6).reshape(6, 1), np.ones((6, 3), dtype=bool)]  # the mask leaf last
+    >>> actions, masks = minibatch_columns(leaves, np.array([5, 0, 3, 1, 2, 4]), batch_size=4)
     >>> [rows.flatten().tolist() for rows in actions], next(iter(masks)).dtype
     ([[5, 0, 3, 1], [2, 4]], torch.float32)
 """
@@ -26,71 +29,103 @@ Example:
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from typing import cast
 
 import numpy as np
 import torch
 
 from torchrl_mask.sb3_arrays import float_masks
 
-__all__ = ["PER_EPOCH_LEAF_BYTES", "minibatch_columns"]
+__all__ = ["PER_EPOCH_SLICE_BYTES", "minibatch_columns"]
 
-# Leaves of at most this many bytes are shuffled once per epoch. Measured on the benchmark's image workload: at
-# 64 KiB its per-epoch copies cost under 0.1 MiB (its peak memory is at the floor of storage plus two image
-# minibatches), while the small-vector workload still slices every leaf.
-PER_EPOCH_LEAF_BYTES = 64 * 1024
+# A leaf whose minibatch slice is at most this many bytes is gathered once per epoch. Below it, the per-minibatch
+# gather's call overhead is what a minibatch costs; from a few times it, gathering per minibatch is the faster of
+# the two (each slice is copied while in cache, where an epoch-wide copy streams through memory twice), so the
+# per-epoch copies stay small beside the storage (batch 64: at most 256 bytes a row per leaf) and an image
+# rollout's peak memory stays at the storage plus a few minibatches. docs/benchmarks.md has the measurement.
+PER_EPOCH_SLICE_BYTES = 16 * 1024
 
 
 def minibatch_columns(
-    leaves: list[torch.Tensor], indices: np.ndarray, batch_size: int, host: bool
+    leaves: Sequence[np.ndarray] | Sequence[torch.Tensor], indices: np.ndarray, batch_size: int
 ) -> list[Iterable[torch.Tensor]]:
     """One epoch's minibatches, field by field.
 
     :param leaves: storage leaves flattened to rows, ``(total, ...)`` each, in namedtuple order; the last one is
-        the bool mask, ``(total, mask_dims)``.
+        the bool mask, ``(total, mask_dims)``. numpy arrays (host storage: numpy gathers) or tensors (on an
+        accelerator: ``index_select``).
     :param indices: the epoch's order of the rows, ``(total,)`` int64.
     :param batch_size: rows per minibatch (the last may be smaller).
-    :param host: the leaves are CPU tensors (numpy gathers), else on an accelerator (``index_select``).
     :return: one iterable per leaf, each yielding ``ceil(total / batch_size)`` tensors ``(rows, ...)``; the masks'
         as float32.
     """
     total = len(indices)
-    epoch_wide = [
-        tensor.numel() * tensor.element_size() <= PER_EPOCH_LEAF_BYTES or batch_size >= total for tensor in leaves
-    ]
-    return (_host_columns if host else _device_columns)(leaves, epoch_wide, indices, batch_size)
+    sizes = [batch_size] * (total // batch_size) + ([total % batch_size] if total % batch_size else [])
+    last = len(leaves) - 1
+    if isinstance(leaves[0], np.ndarray):
+        host = _HostGather(indices, sizes)
+        return [host.column(leaf, i == last) for i, leaf in enumerate(cast(Sequence[np.ndarray], leaves))]
+    device = _DeviceGather(indices, sizes)
+    return [device.column(leaf, i == last) for i, leaf in enumerate(cast(Sequence[torch.Tensor], leaves))]
 
 
-def _host_columns(
-    leaves: list[torch.Tensor], epoch_wide: list[bool], indices: np.ndarray, batch_size: int
-) -> list[Iterable[torch.Tensor]]:
-    bounds = [slice(start, start + batch_size) for start in range(0, len(indices), batch_size)]
-    chunks = [indices[bound] for bound in bounds]
-    columns: list[Iterable[np.ndarray]] = []
-    for tensor, wide in zip(leaves, epoch_wide, strict=True):
-        array = tensor.numpy()
-        if wide:
-            shuffled = np.take(array, indices, axis=0)
-            columns.append([shuffled[bound] for bound in bounds])
-        else:
-            columns.append(map(functools.partial(np.take, array, axis=0), chunks))
-    columns[-1] = map(_float32, columns[-1])
-    return [map(torch.from_numpy, column) for column in columns]
+def _per_epoch(shape: Sequence[int], item_bytes: int, is_mask: bool, sizes: list[int]) -> bool:
+    """Whether a leaf of this shape is gathered once per epoch (see :data:`PER_EPOCH_SLICE_BYTES`)."""
+    row_bytes = math.prod(shape[1:]) * (4 if is_mask else item_bytes)  # masks are handed out as float32
+    return len(sizes) == 1 or row_bytes * sizes[0] <= PER_EPOCH_SLICE_BYTES
 
 
-def _device_columns(
-    leaves: list[torch.Tensor], epoch_wide: list[bool], indices: np.ndarray, batch_size: int
-) -> list[Iterable[torch.Tensor]]:
-    index = torch.from_numpy(indices).to(leaves[0].device)
-    chunks = index.split(batch_size)
-    columns: list[Iterable[torch.Tensor]] = [
-        tensor.index_select(0, index).split(batch_size)
-        if wide
-        else map(functools.partial(torch.index_select, tensor, 0), chunks)
-        for tensor, wide in zip(leaves, epoch_wide, strict=True)
-    ]
-    columns[-1] = map(float_masks, columns[-1])
-    return columns
+class _HostGather:
+    """numpy gathers of host leaves; the tensors handed out share numpy's memory."""
+
+    def __init__(self, indices: np.ndarray, sizes: list[int]) -> None:
+        self.indices = indices
+        self.sizes = sizes
+
+    def column(self, array: np.ndarray, is_mask: bool) -> Iterable[torch.Tensor]:
+        if _per_epoch(array.shape, array.itemsize, is_mask, self.sizes):
+            return self.per_epoch(array, is_mask)
+        return self.per_minibatch(array, is_mask)
+
+    def per_epoch(self, array: np.ndarray, is_mask: bool) -> Iterable[torch.Tensor]:
+        rows = array.take(self.indices, axis=0)
+        return torch.from_numpy(rows.astype(np.float32) if is_mask else rows).split_with_sizes(self.sizes)
+
+    def per_minibatch(self, array: np.ndarray, is_mask: bool) -> Iterable[torch.Tensor]:
+        chunks = np.split(self.indices, np.cumsum(self.sizes[:-1]))
+        column: Iterable[np.ndarray] = map(array.take, chunks, itertools.repeat(0))
+        return map(torch.from_numpy, map(_float32, column) if is_mask else column)
+
+
+class _DeviceGather:
+    """``index_select`` on the leaves' device; masks become float32 there."""
+
+    def __init__(self, indices: np.ndarray, sizes: list[int]) -> None:
+        self.indices = indices
+        self.sizes = sizes
+        self.index: torch.Tensor | None = None
+
+    def _index(self, device: torch.device) -> torch.Tensor:
+        if self.index is None:
+            self.index = torch.from_numpy(self.indices).to(device)
+        return self.index
+
+    def column(self, tensor: torch.Tensor, is_mask: bool) -> Iterable[torch.Tensor]:
+        if _per_epoch(tensor.shape, tensor.element_size(), is_mask, self.sizes):
+            return self.per_epoch(tensor, is_mask)
+        return self.per_minibatch(tensor, is_mask)
+
+    def per_epoch(self, tensor: torch.Tensor, is_mask: bool) -> Iterable[torch.Tensor]:
+        rows = tensor.index_select(0, self._index(tensor.device))
+        return (float_masks(rows) if is_mask else rows).split_with_sizes(self.sizes)
+
+    def per_minibatch(self, tensor: torch.Tensor, is_mask: bool) -> Iterable[torch.Tensor]:
+        chunks = self._index(tensor.device).split_with_sizes(self.sizes)
+        column = map(functools.partial(torch.index_select, tensor, 0), chunks)
+        return map(float_masks, column) if is_mask else column
 
 
 def _float32(masks: np.ndarray) -> np.ndarray:
