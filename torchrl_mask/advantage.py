@@ -91,6 +91,13 @@ def bootstrap_inputs(
     else:
         next_values, done = out
     n_envs = values.shape[0]
+    if values.device.type == "cpu":  # numpy views: a slice assignment costs a fraction of torch's on the host
+        nv, v, d, s = (t.reshape(n_envs, -1).numpy() for t in (next_values, values, done, episode_starts))
+        nv[:, :-1] = v[:, 1:]
+        nv[:, -1] = last_values.reshape(n_envs).numpy(force=True)
+        d[:, :-1] = s[:, 1:]
+        d[:, -1] = dones.reshape(n_envs).numpy(force=True)
+        return next_values, done
     next_values[:, :-1] = values[:, 1:]
     next_values[:, -1] = last_values.reshape(n_envs, 1).to(next_values)
     done[:, :-1] = episode_starts[:, 1:]
@@ -134,8 +141,15 @@ def generalized_advantage(
     if route in ("exact", "fast") and value.device.type == "cpu":
         terms = _host_terms(reward, value, next_value, done, terminal, gamma, gae_lambda)
         scan = _exact_host(*terms) if route == "exact" else _blocked_host(*terms)
-        advantage = torch.from_numpy(np.ascontiguousarray(scan)).reshape(value.shape)
-    elif route == "exact":
+        if out is None:
+            advantage = torch.from_numpy(np.ascontiguousarray(scan)).reshape(value.shape)
+            return advantage, advantage + value
+        n_envs, steps = scan.shape
+        adv, ret = (t.reshape(n_envs, steps).numpy() for t in out)
+        adv[...] = scan
+        np.add(adv, value.reshape(n_envs, steps).numpy(), out=ret)
+        return out
+    if route == "exact":
         advantage = _exact_device(reward, value, next_value, done, terminal, gamma, gae_lambda)
     elif route == "fast":
         advantage = _blocked_device(reward, value, next_value, done, terminal, gamma, gae_lambda)
@@ -184,14 +198,14 @@ def _blocked_host(delta: np.ndarray, discount: np.ndarray) -> np.ndarray:
     """The ``"fast"`` route's block decomposition on the host (numpy scans); returns ``(n_envs, T)``."""
     n_envs, steps = delta.shape
     block, n_blocks, pad = _blocking(steps)
-    if pad:
-        delta = np.pad(delta, ((0, 0), (0, pad)))
-        discount = np.pad(discount, ((0, 0), (0, pad)))
+    if pad:  # zero terms past the end: they add nothing and carry nothing back
+        delta, discount = (np.concatenate((x, np.zeros((n_envs, pad), np.float32)), axis=1) for x in (delta, discount))
     # Time-major inside the blocks: (block, n_envs * n_blocks), each column one block of one env.
     delta_tm = np.ascontiguousarray(delta.reshape(n_envs * n_blocks, block).T)
     discount_tm = np.ascontiguousarray(discount.reshape(n_envs * n_blocks, block).T)
     inside = _row_scan(delta_tm, discount_tm)
-    weight = np.cumprod(discount_tm[::-1], axis=0)[::-1]  # w_t: product of the discounts from t to the block's end
+    # w_t, the product of the discounts from t to the block's end: a running product, last step first.
+    weight = np.multiply.accumulate(discount_tm[::-1], axis=0)[::-1]
     # A at each block's first step: the same recurrence over the blocks, (n_blocks, n_envs) time-major.
     first = _row_scan(
         np.ascontiguousarray(inside[0].reshape(n_envs, n_blocks).T),
