@@ -124,7 +124,9 @@ def test_mkdocs_strict_build_renders_the_api_and_the_executed_tutorials(tmp_path
     assert "n_steps" in _text(ppo.split('id="constructor-parameters')[1])  # sb3-contrib's parameter list
     assert 'href="https://sb3-contrib.readthedocs.io/' in ppo
     collectors = (site / "reference" / "collectors" / "index.html").read_text()
-    assert ".. code-block::" not in _text(collectors.split("Source code in")[0])  # directives become code blocks
+    learn = _text(collectors.split('id="torchrl_mask.collectors.learn_from_collector"')[1].split("Source code in")[0])
+    assert ".. code-block::" not in learn  # directives become code blocks
+    assert learn.index("Worker processes on this machine") < learn.index("Raises:")  # examples stay above fields
     how = (site / "how-it-works" / "index.html").read_text()
     assert 'class="mermaid"' in how  # the data-flow diagram
     for path in TUTORIALS:
