@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup train test bench lint docs
+.PHONY: setup train test test-fast bench lint docs docs-preview
 
 $(BIN)/torchrl-mask: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,8 +23,16 @@ test: setup
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
+# The tests without the slow ones (learning runs, the docs build that executes the tutorials).
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow"
+
 bench: setup
 	$(BIN)/torchrl-mask bench
 
+# The site in site/, tutorials executed with the current code; docs-preview serves it without executing them.
 docs: setup
 	$(BIN)/mkdocs build --strict
+
+docs-preview: setup
+	TORCHRL_MASK_DOCS_EXECUTE=false $(BIN)/mkdocs serve

@@ -2,7 +2,10 @@
 
 - roles such as :class:`~torchrl_mask.MaskablePPO` become inline code (``MaskablePPO``; without ``~``, the full path);
 - an ``Example:`` section of ``>>>`` lines becomes a highlighted ``pycon`` code block;
-- an rST simple table (rows of ``=`` rules) and a ``::`` literal block become preformatted text.
+- an rST simple table (rows of ``=`` rules) and a ``::`` literal block become preformatted text;
+- a ``.. code-block:: python`` directive becomes a highlighted ``python`` code block;
+- text after the ``:param:``/``:return:``/``:raises:`` fields (an example, say) moves above them: griffe's Sphinx
+  parser would otherwise fold it into the last field.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import griffe
 ROLE = re.compile(r":(?:class|func|meth|attr|mod|data|exc|obj|const):`(~?)([^`]+)`")
 SECTION = re.compile(r"^(Examples?):\s*$")
 RULE = re.compile(r"^=+( +=+)+\s*$")
+CODE_BLOCK = re.compile(r"^\.\. code-block::\s*(\w*)\s*$")
+FIELD = re.compile(r"^:(param|type|return|returns|rtype|raises?|yields?|var|ivar|cvar)\b")
 
 
 def _role(match: re.Match[str]) -> str:
@@ -33,10 +38,26 @@ def _indented_block(lines: list[str], start: int) -> int:
     return end
 
 
+def _fields_last(lines: list[str]) -> list[str]:
+    """``lines`` with any unindented text that follows the field list moved to just before it."""
+    start = next((i for i, line in enumerate(lines) if FIELD.match(line)), None)
+    if start is None:
+        return lines
+    end = start
+    while end < len(lines) and (FIELD.match(lines[end]) or lines[end].startswith((" ", "\t"))):
+        end += 1
+    tail = lines[end:]
+    if not any(line.strip() for line in tail):
+        return lines
+    while tail and not tail[0].strip():
+        tail = tail[1:]
+    return [*lines[:start], *tail, "", *lines[start:end]]
+
+
 def to_markdown(text: str) -> str:
     """Rewrite a Sphinx-flavoured docstring as Markdown (see the module docstring)."""
     text = ROLE.sub(_role, text)
-    lines = text.splitlines()
+    lines = _fields_last(text.splitlines())
     out: list[str] = []
     i = 0
     while i < len(lines):
@@ -46,6 +67,11 @@ def to_markdown(text: str) -> str:
             end = _indented_block(lines, i + 1)
             block = textwrap.dedent("\n".join(lines[i + 1 : end]))
             out += [f"**{section.group(1)}**", "", "```pycon", *block.splitlines(), "```"]
+            i = end
+        elif (directive := CODE_BLOCK.match(line)) and i + 2 < len(lines) and not lines[i + 1].strip():
+            end = _indented_block(lines, i + 2)
+            language = directive.group(1) or "text"
+            out += [f"```{language}", *textwrap.dedent("\n".join(lines[i + 2 : end])).splitlines(), "```"]
             i = end
         elif RULE.match(line):
             rules = [j for j in range(i, len(lines)) if RULE.match(lines[j])][:3]

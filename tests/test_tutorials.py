@@ -1,21 +1,16 @@
-"""Every notebook in tutorials/ runs from top to bottom on the CPU, and its plots render."""
+"""The notebooks in tutorials/ are stored without outputs; the docs build executes them (tests/test_docs.py)."""
 
 from __future__ import annotations
 
-import base64
-import io
 from pathlib import Path
 
 import nbformat
-import pytest
-from nbclient import NotebookClient
-from PIL import Image
 
 TUTORIALS = sorted((Path(__file__).resolve().parents[1] / "tutorials").glob("*.ipynb"))
 
 
 def test_tutorials_are_found_and_stored_without_outputs() -> None:
-    assert len(TUTORIALS) >= 2
+    assert len(TUTORIALS) >= 4
     for path in TUTORIALS:
         notebook = nbformat.read(path, as_version=4)
         code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
@@ -25,25 +20,9 @@ def test_tutorials_are_found_and_stored_without_outputs() -> None:
         )
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("path", TUTORIALS, ids=[path.stem for path in TUTORIALS])
-def test_tutorial_runs_and_its_plots_render(path: Path, tmp_path: Path) -> None:
-    notebook = nbformat.read(path, as_version=4)
-    NotebookClient(
-        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
-    images = [
-        output["data"]["image/png"]
-        for cell in notebook.cells
-        if cell.cell_type == "code"
-        for output in cell.outputs
-        if "image/png" in output.get("data", {})
-    ]
-    shows = sum(cell.source.count("plt.show()") for cell in notebook.cells if cell.cell_type == "code")
-    assert len(images) == shows > 0, f"{path.name}: {shows} plt.show() calls, {len(images)} images"
-    for encoded in images:
-        with Image.open(io.BytesIO(base64.b64decode(encoded))) as image:
-            width, height = image.size
-            extrema = image.convert("L").getextrema()
-        assert width >= 300 and height >= 150
-        assert extrema[0] < extrema[1]  # not a blank canvas
+def test_tutorials_write_no_files_into_the_working_folder() -> None:
+    # A notebook runs with the working folder it is opened from; whatever it saves goes under a temporary folder.
+    for path in TUTORIALS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code" and (".save(" in cell.source or "savefig(" in cell.source):
+                assert "tempfile" in cell.source, f"{path.name} saves a file outside a temporary folder"

@@ -1,13 +1,18 @@
 """torchrl_mask: sb3-contrib's maskable rollout buffers and MaskablePPO, with the rollout in a TensorDict.
 
 The public names load on first use (PEP 562), so that ``torchrl-mask --help`` does not wait for torch,
-tensordict and TorchRL to import.
+tensordict and TorchRL to import. Importing the package checks, from version strings alone, that the installed
+torch, TorchRL, tensordict, SB3, sb3-contrib and gymnasium lie in the supported ranges (see ``_compat``).
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from torchrl_mask._compat import check_versions
+
+check_versions()
 
 if TYPE_CHECKING:
     from torchrl_mask.buffers import (

@@ -152,8 +152,8 @@ def _cells(*rows: tuple[int, int, str, str, str]) -> tuple[Cell, ...]:
 GRIDS: dict[str, tuple[Cell, ...]] = {
     "quick": _cells((128, 1, "mixed", "vector", "multibinary"), (128, 8, "uniform", "image", "discrete")),
     "default": _cells(
-        (2048, 8, "uniform", "vector", "multidiscrete"),  # SB3's default shape, the issue's vector goal
-        (2048, 8, "uniform", "image", "discrete"),  # SB3's default shape, the issue's image goal
+        (2048, 8, "uniform", "vector", "multidiscrete"),  # SB3's default shape, small vector observations
+        (2048, 8, "uniform", "image", "discrete"),  # SB3's default shape, image observations
         (2048, 8, "mixed", "vector", "discrete"),  # long and short episodes side by side
         (2048, 64, "mixed", "vector", "multibinary"),  # the largest rollout of vectors, mixed ends
         (2048, 64, "none", "vector", "multidiscrete"),  # the largest, no episode end at all
