@@ -71,7 +71,8 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         False skips the check for speed (and on CUDA, the device sync it costs).
     :param storage: ``"memory"`` (tensors on ``device``) or ``"memmap"`` (memory-mapped files on the host,
         for rollouts larger than RAM).
-    :param memmap_dir: folder for the memmap files; a temporary folder when None.
+    :param memmap_dir: folder in which the rollout gets a memmap folder of its own, removed with the buffer;
+        the system's temporary folder when None.
     :param gae_method: TorchRL estimator: ``"loop"``, ``"vec"`` or ``"auto"`` (the faster for the shape).
     :raises TypeError: an action space that cannot be masked, or a Dict observation space (use
         :class:`MaskableDictRolloutBuffer`).
@@ -506,7 +507,8 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
     :param n_envs: number of parallel envs.
     :param check_masks: check in ``add()`` that each mask row (each sub-action group) allows an action.
     :param storage: ``"memory"`` or ``"memmap"``.
-    :param memmap_dir: folder for the memmap files; a temporary folder when None.
+    :param memmap_dir: folder in which the rollout gets a memmap folder of its own, removed with the buffer;
+        the system's temporary folder when None.
     :param gae_method: TorchRL estimator: ``"loop"``, ``"vec"`` or ``"auto"``.
     :raises TypeError: an action space that cannot be masked, or an observation space that is not a Dict.
     """
