@@ -57,21 +57,31 @@ SCRIPT = textwrap.dedent(
 
     def second():
         env = gym.make("Taxi-v4")
-        return masked_gym_env({"no_mask": NoMask, "sleeps": Sleeps}.get(sys.argv[1], lambda env: env)(env))
+        wrapper = {"no_mask": NoMask, "sleeps": Sleeps}.get(sys.argv[-1], lambda env: env)
+        return masked_gym_env(wrapper(env))
 
 
     class Stop(BaseCallback):
+        def __init__(self, case):
+            super().__init__()
+            self.case = case
+
         def _on_step(self):
-            if sys.argv[1] == "raising_callback":
+            if self.case == "raising_callback":
                 raise KeyError("the callback broke")
             return False
 
 
-    def main():
+    COLLECTORS = []  # alive until the interpreter exits, as in a script that keeps its objects
+
+
+    def main(case=None):
+        case = case or sys.argv[1]
         model = MaskablePPO("MlpPolicy", gym.make("Taxi-v4"), n_steps=16, batch_size=32)
-        collector = MultiSyncCollector([taxi, second], MaskablePolicyModule(model.policy), frames_per_batch=32)
-        print(*(proc.pid for proc in collector.procs), flush=True)
-        learn_from_collector(model, collector, total_timesteps=1_000, callback=Stop(), batch_timeout=None)
+        policy = MaskablePolicyModule(model.policy)
+        COLLECTORS.append(MultiSyncCollector([taxi, second], policy, frames_per_batch=32))
+        print(*(proc.pid for proc in COLLECTORS[-1].procs), flush=True)
+        learn_from_collector(model, COLLECTORS[-1], total_timesteps=1_000, callback=Stop(case), batch_timeout=None)
 
 
     GUARD
@@ -93,21 +103,25 @@ def alive(pids: list[int]) -> list[int]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_every_early_stop_of_learn_from_collector_lets_the_interpreter_exit(tmp_path: Path) -> None:
-    script = write_script(tmp_path)
-    cases = {"stopping_callback": None, "raising_callback": "KeyError", "no_mask": "allow no action"}
-    procs = {
-        case: subprocess.Popen(
-            [sys.executable, str(script), case], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for case in cases
-    }
-    for case, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=240)  # a hang at exit fails here
-        expected = cases[case]
-        assert (proc.returncode == 0) if expected is None else (proc.returncode == 1 and expected in stderr), stderr
-        pids = [int(pid) for pid in stdout.split()]
-        assert len(pids) == 2
-        assert alive(pids) == []
+    script = tmp_path / "stops.py"
+    cases = {"stopping_callback": "returned", "raising_callback": "KeyError", "no_mask": "ValueError"}
+    run_all = """
+    for case in sys.argv[1:]:  # each case's worker factories read sys.argv[-1]
+        sys.argv.append(case)
+        try:
+            main(case)
+            print(case, "returned", flush=True)
+        except Exception as error:
+            print(case, type(error).__name__, flush=True)
+    """
+    script.write_text(SCRIPT.replace("GUARD", 'if __name__ == "__main__":' + textwrap.indent(run_all, "    ")))
+    run = subprocess.run([sys.executable, str(script), *cases], capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr  # a hang at exit times out above
+    lines = run.stdout.splitlines()
+    assert lines[1::2] == [f"{case} {outcome}" for case, outcome in cases.items()]
+    pids = [int(pid) for line in lines[0::2] for pid in line.split()]
+    assert len(pids) == 6
+    assert alive(pids) == []
 
 
 @pytest.mark.slow

@@ -8,7 +8,8 @@ sb3-contrib steps its envs in lockstep with the learner and fetches each step's 
 ``env_method("action_masks")`` round trip. Here TorchRL's collectors run the envs *and* a copy of the policy in
 worker processes (or on other machines), deliver the mask in each step's TensorDict, and hand whole rollouts
 to the learner (:func:`learn_from_collector`); MaskablePPO's policy, loss, callbacks and logger are
-sb3-contrib's own. A worker that dies or an env that raises ends in :class:`CollectorFailed` within seconds
+sb3-contrib's own. A worker that dies or an env that raises ends in :class:`CollectorFailed` within seconds, a
+worker that stops answering after ``batch_timeout``, and no worker outlives the learner
 (:mod:`torchrl_mask.workers`).
 
 The flow::
