@@ -302,7 +302,7 @@ def refuse_unguarded_spawn() -> None:
         return
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    if not path:  # an interactive session or `python -c`: spawn re-imports nothing
+    if not path or not _reimported_by_spawn(main):
         return
     for frame in frames:
         at_top_level = frame.f_code.co_name == "<module>" and frame.f_globals is getattr(main, "__dict__", None)
@@ -317,6 +317,15 @@ def refuse_unguarded_spawn() -> None:
                 "worker re-imports the script (multiprocessing's spawn start method) and would run this line "
                 'again: put the code that creates the collector and trains under `if __name__ == "__main__":`.'
             )
+
+
+def _reimported_by_spawn(main: Any) -> bool:
+    """Whether spawned workers re-run the main module (as multiprocessing's spawn decides): a script given by
+    path or a module run with ``-m``, but not a package's ``__main__`` nor an interactive session."""
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None:
+        return name != "__main__" and not name.endswith(".__main__")
+    return getattr(main, "__file__", None) is not None
 
 
 def _frames(frame: FrameType | None) -> Iterator[FrameType]:
