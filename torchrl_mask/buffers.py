@@ -81,7 +81,8 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         default; False skips these checks (shapes and dtypes are always checked).
     :param storage: ``"memory"`` (tensors on ``device``) or ``"memmap"`` (memory-mapped files on the host,
         for rollouts larger than RAM).
-    :param memmap_dir: folder for the memmap files; a temporary folder when None.
+    :param memmap_dir: folder in which the rollout gets a memmap folder of its own, removed with the buffer;
+        the system's temporary folder when None.
     :param gae_method: how GAE is computed (:mod:`torchrl_mask.advantage`): ``"auto"`` (``"exact"`` on the CPU,
         bit-identical to sb3-contrib's; ``"fast"`` on an accelerator), ``"exact"``, ``"fast"`` (blocked, equal to
         about 1e-6 relative), or TorchRL's own ``"loop"`` and ``"vec"`` estimators.
@@ -564,7 +565,8 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
     :param check_masks: check in ``add()`` that each mask row (each sub-action group) allows an action.
     :param check_values: check values in ``add()`` and ``extend()`` (see :class:`MaskableRolloutBuffer`).
     :param storage: ``"memory"`` or ``"memmap"``.
-    :param memmap_dir: folder for the memmap files; a temporary folder when None.
+    :param memmap_dir: folder in which the rollout gets a memmap folder of its own, removed with the buffer;
+        the system's temporary folder when None.
     :param gae_method: ``"auto"``, ``"exact"``, ``"fast"``, ``"loop"`` or ``"vec"``
         (see :class:`MaskableRolloutBuffer`).
     :raises TypeError: an action space that cannot be masked, or an observation space that is not a Dict.

@@ -39,6 +39,7 @@ from torch import nn
 
 from torchrl_mask import storage as st
 from torchrl_mask.masks import mask_spec
+from torchrl_mask.workers import refuse_unguarded_spawn
 
 __all__ = ["MaskablePolicyModule", "default_observation_keys"]
 
@@ -220,6 +221,7 @@ class _SB3Forward(nn.Module):
         # What a worker process receives: the policy without its optimizer, and with a fresh action
         # distribution (SB3 keeps the last one, whose logits carry the autograd graph of the last update and
         # cannot cross a process boundary). The learner's policy is left as it is.
+        refuse_unguarded_spawn()  # before a spawned worker is started from an unguarded script
         state = self.__dict__.copy()
         state["_plain"] = False  # found again, on the worker's own modules
         shipped = copy.copy(self.policy)
