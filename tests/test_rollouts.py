@@ -23,6 +23,7 @@ from sb3_contrib.common.wrappers import ActionMasker
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
+from test_ppo import one_torch_thread  # noqa: F401  (autouse: one torch thread, as in test_ppo)
 
 from torchrl_mask import MaskableDictRolloutBuffer, MaskablePPO, MaskableRolloutBuffer
 from torchrl_mask import storage as st
@@ -38,14 +39,6 @@ SETTINGS: dict[str, Any] = {
     "device": "cpu",
 }
 ROLLOUT_KEYS = [st.OBSERVATION, st.ACTION, st.ACTION_MASK, st.LOG_PROB, st.VALUE, st.NEXT_REWARD, st.IS_INIT]
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Any:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 class MaskConvention(gym.Wrapper):
