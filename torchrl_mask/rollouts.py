@@ -6,7 +6,7 @@
   :func:`~torchrl_mask.envs.vec_env_masks` can read without a per-step ``env_method`` round trip, and one of
   sb3-contrib's stock policies (``MlpPolicy``, ``CnnPolicy``, ``MultiInputPolicy``) with its stock masked
   distribution. The masked categorical is computed op for op as sb3-contrib's ``MaskableCategorical`` computes
-  it, and draws with ``torch.multinomial`` as ``Categorical.sample`` does, without building distribution
+  it, and draws what ``torch.multinomial`` in ``Categorical.sample`` draws, without building distribution
   objects: same actions, log-probabilities and values, same random numbers consumed, so the same parameters
   under one seed. Callbacks, ``num_timesteps``, the episode info buffer, timeout bootstrapping and episode
   starts follow sb3-contrib's ``collect_rollouts`` step for step;
@@ -77,19 +77,26 @@ def _masked_categorical(
     """Sample one ``MaskableCategorical`` as sb3-contrib builds and samples it, without the object.
 
     ``Categorical(logits)`` normalises the logits; ``apply_masking`` puts -1e8 on masked choices and normalises
-    again; ``sample`` draws ``torch.multinomial(probs, 1, True)``; ``log_prob`` gathers the normalised logits.
+    again; ``sample`` is ``torch.multinomial(probs, 1, True)``, which for one sample is ATen's exponential race
+    (``argmax(probs / q)``, ``q = empty_like(probs).exponential_()``, same generator): the race is run here
+    without multinomial's input checks (four reductions and host syncs), but its NaN check is kept;
+    ``log_prob`` gathers the normalised logits.
 
     :param logits: raw logits of one sub-action, ``(B, n)`` (a column slice for MultiDiscrete, as sb3-contrib's).
     :param mask: ``(B, n)`` bool, True where the choice is allowed.
     :param huge_neg: sb3-contrib's masked logit, ``tensor(-1e8)`` in the logits' dtype and device.
     :return: the action ``(B,)`` (int64) and its log-probability ``(B,)``.
+    :raises ValueError: the policy's logits hold NaN (``torch.multinomial`` would refuse them too).
     """
     logits = logits - logits.logsumexp(dim=-1, keepdim=True)
     logits = torch.where(mask, logits, huge_neg)
     logits = logits - logits.logsumexp(dim=-1, keepdim=True)
     probs = torch.softmax(logits, dim=-1)
-    action = torch.multinomial(probs, 1, True).T.reshape(-1)
-    return action, logits.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+    race = probs / torch.empty_like(probs).exponential_()
+    action = race.argmax(dim=-1, keepdim=True)
+    if bool(probs.isnan().any()):
+        raise ValueError("The policy's action logits hold NaN: the network's parameters or inputs are not finite.")
+    return action.reshape(-1), logits.gather(-1, action).squeeze(-1)
 
 
 class _StockForward:
