@@ -142,13 +142,17 @@ class _PhaseTimer(BaseCallback):
         return True
 
 
-def time_learn(name: str, workload: str, args: argparse.Namespace) -> tuple[float, float, dict[str, torch.Tensor]]:
+def time_learn(
+    name: str, workload: str, args: argparse.Namespace
+) -> tuple[float, float, float, dict[str, torch.Tensor]]:
     """Build one model on a fresh VecEnv and time one ``learn`` call.
 
     :param name: a key of :data:`ALGORITHMS`.
     :param workload: a key of :data:`WORKLOADS`.
     :param args: the parsed command line.
-    :return: wall seconds in ``learn``, wall seconds of it in ``collect_rollouts``, the learned parameters.
+    :return: wall seconds in ``learn``, wall seconds of it in ``collect_rollouts``, CPU seconds of this process in
+        ``learn`` (less sensitive than wall time to other load on a shared machine; without the workers' time),
+        the learned parameters.
     """
     env = make_vec_env(workload, args)
     try:
@@ -165,12 +169,12 @@ def time_learn(name: str, workload: str, args: argparse.Namespace) -> tuple[floa
             **extra,
         )
         timer = _PhaseTimer()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         model.learn(args.timesteps, callback=timer)
-        total = time.perf_counter() - start
+        total, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     finally:
         env.close()
-    return total, timer.rollout_s, {k: v.detach().clone() for k, v in model.policy.state_dict().items()}
+    return total, timer.rollout_s, cpu, {k: v.detach().clone() for k, v in model.policy.state_dict().items()}
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -202,12 +206,14 @@ def run_workload(workload: str, args: argparse.Namespace) -> bool:
         time_learn(name, workload, args)
     totals: dict[str, list[float]] = {name: [] for name in names}
     rollouts: dict[str, list[float]] = {name: [] for name in names}
+    cpus: dict[str, list[float]] = {name: [] for name in names}
     for round_ in range(args.rounds):
         params = {}
         for name in names if round_ % 2 == 0 else names[::-1]:
-            total, rollout, params[name] = time_learn(name, workload, args)
+            total, rollout, cpu, params[name] = time_learn(name, workload, args)
             totals[name].append(total)
             rollouts[name].append(rollout)
+            cpus[name].append(cpu)
         for key, ref in params["sb3-contrib"].items():
             if not torch.equal(params["torchrl_mask"][key], ref):
                 print(
@@ -220,11 +226,13 @@ def run_workload(workload: str, args: argparse.Namespace) -> bool:
     rollout_speedups = [r / o for r, o in zip(*(rollouts[name] for name in names), strict=True)]
     rest = {name: [t - r for t, r in zip(totals[name], rollouts[name], strict=True)] for name in names}
     rest_speedups = [r / o for r, o in zip(*(rest[name] for name in names), strict=True)]
+    cpu_speedups = [r / o for r, o in zip(*(cpus[name] for name in names), strict=True)]
     share = statistics.median(rollouts["sb3-contrib"]) / statistics.median(ref)
     print(
         f"{workload:14s} {statistics.median(ref):8.3f} {statistics.median(ours):8.3f} "
         f"{statistics.median(speedups):7.2f}x ({min(speedups):.2f}-{max(speedups):.2f}) "
-        f"{statistics.median(rollout_speedups):8.2f}x {statistics.median(rest_speedups):6.2f}x {share:6.0%}"
+        f"{statistics.median(rollout_speedups):8.2f}x {statistics.median(rest_speedups):6.2f}x {share:6.0%} "
+        f"{statistics.median(cpu_speedups):6.2f}x"
     )
     return True
 
@@ -244,12 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"{'workload':14s} {'sb3c s':>8s} {'ours s':>8s} {'speed-up (min-max)':>20s} "
-        f"{'rollout':>9s} {'rest':>7s} {'share':>6s}"
+        f"{'rollout':>9s} {'rest':>7s} {'share':>6s} {'cpu':>7s}"
     )
     ok = all([run_workload(workload, args) for workload in args.workloads])
     print(
         "speed-ups: medians of per-round sb3-contrib time / torchrl_mask time (all of learn, its rollouts, the "
-        "rest: train); share: the rollouts' part of sb3-contrib's learn"
+        "rest: train, and this process's CPU time in learn); share: the rollouts' part of sb3-contrib's learn"
     )
     return 0 if ok else 1
 
