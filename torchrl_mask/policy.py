@@ -107,12 +107,20 @@ _GLOBAL_HOOKS = [getattr(nn.modules.module, f"_global_forward{kind}hooks", None)
 _LAYER_HOOKS = ("_forward_hooks", "_forward_pre_hooks")
 
 
-def _hooked(plain: _PlainLayers) -> bool:
-    """Whether a forward hook is registered on any of the layers, their containers, or globally (or whether
-    torch keeps them somewhere else than this module knows)."""
+def forward_hooked(*modules: nn.Module) -> bool:
+    """Whether a forward hook (or pre-hook) is registered globally or on any of ``modules`` itself (not its
+    children), or whether torch keeps them somewhere else than this module knows.
+
+    :param modules: the modules a path would run without ``nn.Module.__call__``.
+    """
     if any(hooks is None or hooks for hooks in _GLOBAL_HOOKS):
         return True
-    return any(getattr(module, name, True) for module in plain.watched for name in _LAYER_HOOKS)
+    return any(getattr(module, name, True) for module in modules for name in _LAYER_HOOKS)
+
+
+def _hooked(plain: _PlainLayers) -> bool:
+    """Whether a forward hook is registered on any of the layers, their containers, or globally."""
+    return forward_hooked(*plain.watched)
 
 
 def _through(layers: list[nn.Module], x: torch.Tensor) -> torch.Tensor:

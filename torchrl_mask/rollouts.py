@@ -42,10 +42,9 @@ from sb3_contrib.common.maskable.policies import (
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
-from torch import nn
 
 from torchrl_mask.envs import VecEnvMasks, vec_env_masks
-from torchrl_mask.policy import plain_layers, values_and_logits
+from torchrl_mask.policy import forward_hooked, plain_layers, values_and_logits
 
 if TYPE_CHECKING:
     from sb3_contrib import MaskablePPO
@@ -58,17 +57,6 @@ _STOCK_DISTRIBUTIONS = (
     MaskableMultiCategoricalDistribution,
     MaskableBernoulliDistribution,
 )
-# Where torch keeps global forward hooks (private names, stable for years); should a release move them, the
-# lookup sees "hooked" and the rollout takes sb3-contrib's path.
-_GLOBAL_HOOKS = [getattr(nn.modules.module, f"_global_forward{kind}hooks", None) for kind in ("_", "_pre_")]
-
-
-def _forward_hooked(policy: nn.Module) -> bool:
-    """Whether ``policy`` itself, or every module, has a forward hook (the fast path skips ``policy.__call__``;
-    the submodules it calls run their hooks as usual)."""
-    if any(hooks is None or hooks for hooks in _GLOBAL_HOOKS):
-        return True
-    return any(getattr(policy, name, True) for name in ("_forward_hooks", "_forward_pre_hooks"))
 
 
 def _masked_categorical(
@@ -210,7 +198,9 @@ class VecEnvRollout:
                 rewards[idx] += self.model.gamma * terminal_value
 
 
-def fast_rollout(model: MaskablePPO, env: VecEnv, use_masking: bool, rollout_buffer: Any = None) -> Any:
+def fast_rollout(
+    model: MaskablePPO, env: VecEnv, use_masking: bool, rollout_buffer: Any = None
+) -> VecEnvRollout | None:
     """The fast source for this rollout, or None where sb3-contrib's ``collect_rollouts`` must run.
 
     The VecEnv's mask source is resolved once per VecEnv and kept on the model (``_vec_env_masks``).
@@ -227,7 +217,7 @@ def fast_rollout(model: MaskablePPO, env: VecEnv, use_masking: bool, rollout_buf
         or getattr(model, "use_sde", False)
         or type(policy) not in _STOCK_POLICIES
         or type(policy.action_dist) not in _STOCK_DISTRIBUTIONS
-        or _forward_hooked(policy)
+        or forward_hooked(policy)  # the fast path runs the policy without its __call__ (submodules: with)
         or not isinstance(rollout_buffer, (MaskableRolloutBuffer, MaskableDictRolloutBuffer, type(None)))
     ):
         return None
