@@ -262,7 +262,7 @@ class VecEnvMasks:
             return np.stack([method() for method in self._methods])
         if self.source == "method":
             return np.stack(self.env.env_method(EXPECTED_METHOD_NAME))
-        return self._from_infos(self.env.reset_infos, np.zeros(self.env.num_envs, bool), self.env.reset_infos)
+        return self._from_infos(self.env.reset_infos, np.ones(self.env.num_envs, bool), self.env.reset_infos)
 
     def step(self, actions: np.ndarray) -> VecEnvStepReturn:
         """``env.step(actions)``, keeping the masks of the returned observation for :meth:`masks`."""
@@ -282,6 +282,7 @@ class VecEnvMasks:
         return new_obs, rewards, dones, infos
 
     def _from_infos(self, infos: Any, dones: np.ndarray, reset_infos: list[dict[str, Any]]) -> np.ndarray:
+        """Each env's mask from its step info, or from its reset info where ``dones`` (auto-reset)."""
         rows = []
         for i, info in enumerate(infos):
             where = reset_infos[i] if dones[i] else info
