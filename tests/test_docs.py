@@ -32,6 +32,7 @@ DEVELOPER_MODULES = {
     "benchmark_report",
     "cli",
     "minibatches",
+    "rollouts",
     "sb3_arrays",
     "steps",
     "training",
