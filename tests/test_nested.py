@@ -155,6 +155,7 @@ def test_learns_through_a_collector_with_nested_observation_keys() -> None:
                               "action_mask"]  # fmt: skip
     collector = Collector(lambda: masked_gym_env(BoardEnv()), policy, frames_per_batch=16, total_frames=-1)
     collector.set_seed(0)
+    collector.reset()  # set_seed reseeds the env but keeps the step it had: without this, a stale first mask
     learn_from_collector(model, collector, total_timesteps=48)
     assert model.num_timesteps == 48
     assert not torch.equal(parameters(model)["action_net.weight"], initial["action_net.weight"])
@@ -183,3 +184,23 @@ def test_only_nested_gym_envs_are_wrapped_and_the_mask_stays_reachable() -> None
     obs, _ = wrapped.reset(seed=1)
     assert obs.keys() == wrapped.observation_space.spaces.keys() and wrapped.observation_space.contains(obs)
     assert np.array_equal(wrapped.get_wrapper_attr("action_masks")(), obs["board/cells"] == 0)
+
+
+def test_a_flattened_space_is_stored_as_its_nested_space_is() -> None:
+    # The '/' key mapping: a buffer of the flattened space (MaskablePPO's) fills the same rollout TensorDict as a
+    # buffer of the nested space given the nested observations, and its minibatches keep SB3's flat keys.
+    nested_space = BoardEnv().observation_space
+    flat, nested = (MaskableDictRolloutBuffer(3, space, spaces.Discrete(CELLS), "cpu", n_envs=2)
+                    for space in (flatten_space(nested_space), nested_space))  # fmt: skip
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        nested_space.seed(int(rng.integers(1 << 31)))
+        samples = [nested_space.sample() for _ in range(2)]
+        obs = {key: {sub: np.stack([s[key][sub] for s in samples]) for sub in samples[0][key]} for key in samples[0]}
+        step = (np.zeros(2, np.int64), np.ones(2), np.zeros(2), torch.zeros(2), torch.zeros(2))
+        flat.add(flatten_observation(obs), *step, action_masks=np.ones((2, CELLS), bool))
+        nested.add(obs, *step, action_masks=np.ones((2, CELLS), bool))
+    assert set(flat.tensordict.keys(True, True)) == set(nested.tensordict.keys(True, True))
+    assert (flat.tensordict == nested.tensordict).all()
+    flat.compute_returns_and_advantage(torch.zeros(2), np.zeros(2))
+    assert sorted(next(flat.get(6)).observations) == ["board/cells", "board/turn", "player/lives", "player/pos"]

@@ -134,27 +134,23 @@ def observation_leaves(space: spaces.Space) -> dict[tuple[str, ...], spaces.Spac
 
 def batch_observation_key(path: tuple[str, ...]) -> NestedKey:
     """Where a TorchRL env (``GymWrapper``) keeps an observation leaf: ``"observation"`` for a non-Dict space,
-    the leaf's key path otherwise, each ``"/"`` of a key a level of nesting (``"image"``, ``("board", "cells")``).
+    else the key path, each ``"/"`` in a key one more level (``"image"``; ``("board", "cells")`` for either path).
 
     :param path: the leaf's key path, as :func:`observation_leaves` gives it (``()`` for a non-Dict space).
     :return: the leaf's key in a step or collector batch.
     """
-    if not path:
-        return OBSERVATION
-    keys = tuple(part for key in path for part in key.split(KEY_SEPARATOR))
+    keys = tuple(KEY_SEPARATOR.join(path).split(KEY_SEPARATOR)) if path else (OBSERVATION,)
     return keys[0] if len(keys) == 1 else keys
 
 
 def observation_key(path: tuple[str, ...]) -> NestedKey:
-    """The rollout's key of an observation leaf: ``"observation"``, or ``("observation", *keys)`` in a Dict, with
-    each ``"/"`` of a key a level of nesting (``"board/cells"`` and ``("board", "cells")`` are both stored under
-    ``("observation", "board", "cells")``).
+    """The rollout's key of an observation leaf: ``"observation"``, or ``("observation", *keys)`` in a Dict, each
+    ``"/"`` in a key one more level (``("observation", "board", "cells")`` for ``"board/cells"`` too).
 
     :param path: the leaf's key path, as :func:`observation_leaves` gives it (``()`` for a non-Dict space).
     :return: the leaf's nested key in the rollout TensorDict.
     """
-    key = batch_observation_key(path)
-    return (OBSERVATION, *((key,) if isinstance(key, str) else key)) if path else OBSERVATION
+    return (OBSERVATION, *KEY_SEPARATOR.join(path).split(KEY_SEPARATOR)) if path else OBSERVATION
 
 
 def _check_distinct_keys(paths: Sequence[tuple[str, ...]]) -> None:
