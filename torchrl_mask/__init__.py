@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     )
     from torchrl_mask.collectors import CollectorFailed, learn_from_collector
     from torchrl_mask.envs import ActionMaskInInfo, ActionMaskInObservation, masked_gym_env
+    from torchrl_mask.nested import FlattenNestedDict
     from torchrl_mask.policy import MaskablePolicyModule
     from torchrl_mask.ppo import MaskablePPO
 
@@ -37,6 +38,7 @@ _HOMES = {
     "ActionMaskInInfo": "torchrl_mask.envs",
     "ActionMaskInObservation": "torchrl_mask.envs",
     "CollectorFailed": "torchrl_mask.collectors",
+    "FlattenNestedDict": "torchrl_mask.nested",
     "MaskablePolicyModule": "torchrl_mask.policy",
     "learn_from_collector": "torchrl_mask.collectors",
     "masked_gym_env": "torchrl_mask.envs",
@@ -46,6 +48,7 @@ __all__ = [
     "ActionMaskInInfo",
     "ActionMaskInObservation",
     "CollectorFailed",
+    "FlattenNestedDict",
     "MaskableDictRolloutBuffer",
     "MaskableDictRolloutBufferSamples",
     "MaskablePPO",

@@ -217,9 +217,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         """Derive the per-leaf views and write targets of ``add`` from the storage."""
         rollout = self.tensordict
         self._obs_paths = list(st.observation_leaves(self.observation_space))
-        self._obs_leaves = [
-            rollout.get((st.OBSERVATION, *path) if path else st.OBSERVATION) for path in self._obs_paths
-        ]
+        self._obs_leaves = [rollout.get(st.observation_key(path)) for path in self._obs_paths]
         self._obs_shapes = [tuple(leaf.shape[2:]) for leaf in self._obs_leaves]
         self._action_shape = st.action_shape(self.action_space)
         self._host = self.device.type == "cpu"

@@ -50,11 +50,11 @@ def default_observation_keys(observation_space: spaces.Space) -> list[NestedKey]
     """Where a TorchRL env keeps each leaf of an observation space, in the space's leaf order.
 
     :param observation_space: the SB3 model's observation space.
-    :return: ``["observation"]`` for a non-Dict space; the Dict's key paths (nested keys for nested Dicts),
-        which is where TorchRL's ``GymWrapper`` puts them.
+    :return: ``["observation"]`` for a non-Dict space; the Dict's key paths (nested keys for nested Dicts, and
+        for the ``"board/cells"`` keys of a Dict flattened one level), which is where TorchRL's ``GymWrapper``
+        puts them.
     """
-    paths = st.observation_leaves(observation_space)
-    return [(path if len(path) > 1 else path[0]) if path else st.OBSERVATION for path in paths]
+    return [st.batch_observation_key(path) for path in st.observation_leaves(observation_space)]
 
 
 # sb3-contrib's MaskableCategorical sets the logits of masked choices to this before normalising them.

@@ -10,6 +10,10 @@ sb3-contrib's stock policies on a ``DummyVecEnv`` or ``SubprocVecEnv`` (masks re
 the masked forward inlined, drawing the same random numbers), and sb3-contrib's own ``collect_rollouts`` for
 everything else. Both fill the buffer with the same rollout under one seed.
 
+A gymnasium env with a nested Dict observation space is flattened one level for SB3
+(:class:`~torchrl_mask.nested.FlattenNestedDict`, keys like ``"board/cells"``), ``predict`` takes the nested
+observation as the env returns it, and the rollout keeps the nested keys; see :mod:`torchrl_mask.nested`.
+
 Example:
     >>> from sb3_contrib.common.envs import InvalidActionEnvDiscrete
     >>> from torchrl_mask import MaskablePPO
@@ -24,14 +28,20 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
 from gymnasium import spaces
 from sb3_contrib import MaskablePPO as _SB3ContribMaskablePPO
 from sb3_contrib.common.maskable import buffers as sb3c_buffers
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.type_aliases import GymEnv
 from stable_baselines3.common.vec_env import VecEnv
 
 from torchrl_mask.buffers import MaskableDictRolloutBuffer, MaskableRolloutBuffer
+from torchrl_mask.nested import flatten_nested_env, flatten_observation
 from torchrl_mask.rollouts import fast_rollout
 
 __all__ = ["MaskablePPO"]
@@ -46,7 +56,41 @@ class MaskablePPO(_SB3ContribMaskablePPO):
     spaces and :class:`~torchrl_mask.MaskableRolloutBuffer` otherwise; ``rollout_buffer_kwargs`` reach it
     (e.g. ``{"storage": "memmap"}``). ``rollout_buffer_class`` keeps the value given, so that a saved model
     loads in sb3-contrib (with sb3-contrib's buffers) even where torchrl_mask is not installed.
+
+    A gymnasium env with a nested Dict observation space (which SB3 refuses) is wrapped in
+    :class:`~torchrl_mask.nested.FlattenNestedDict`: the model's space is the Dict flattened one level
+    (``"board/cells"``), ``"MultiInputPolicy"`` is SB3's ``CombinedExtractor`` over its leaves, and the rollout
+    stores them under nested keys (``("observation", "board", "cells")``). Give an SB3 ``VecEnv`` of such envs
+    the wrapper yourself: ``make_vec_env(..., wrapper_class=FlattenNestedDict)``.
     """
+
+    @staticmethod
+    def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
+        # SB3's hook for every env the model gets (constructor, set_env, load): a nested Dict space, which SB3's
+        # check refuses, is flattened one level first; everything else is SB3's own wrapping.
+        return _SB3ContribMaskablePPO._wrap_env(flatten_nested_env(env), verbose, monitor_wrapper)
+
+    def predict(
+        self,
+        observation: np.ndarray | Mapping[str, Any],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """sb3-contrib's ``predict``, which also takes a nested Dict observation as the env returns it.
+
+        :param observation: the observation (or a batch of them); nested dicts are flattened one level, as
+            :class:`~torchrl_mask.nested.FlattenNestedDict` flattens them.
+        :param state: the policy's hidden state (recurrent policies; None here).
+        :param episode_start: episode starts (recurrent policies).
+        :param deterministic: take the most likely action instead of sampling.
+        :param action_masks: the mask, ``(mask_dims,)`` or ``(n, mask_dims)``.
+        :return: the action(s) and the next hidden state.
+        """
+        if isinstance(observation, Mapping) and any(isinstance(v, Mapping) for v in observation.values()):
+            observation = flatten_observation(observation)
+        return super().predict(observation, state, episode_start, deterministic, action_masks)  # type: ignore[arg-type]
 
     def _setup_model(self) -> None:
         # sb3-contrib's hook: it honours rollout_buffer_class, so choosing ours is all this class does.

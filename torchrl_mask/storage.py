@@ -22,7 +22,9 @@ key                            shape (after the batch dims)               dtype
 ``"value_target"``             ``(1,)``: SB3's ``returns``                float32
 =============================  =========================================  =====================================
 
-These are the keys TorchRL's ``GAE`` and ``ClipPPOLoss`` read by default.
+These are the keys TorchRL's ``GAE`` and ``ClipPPOLoss`` read by default. A ``"/"`` in a Dict key stands for
+nesting (:data:`KEY_SEPARATOR`): the leaf ``"board/cells"`` of a Dict flattened one level for SB3
+(:mod:`torchrl_mask.nested`) lives under ``("observation", "board", "cells")``, as that of the nested Dict does.
 """
 
 from __future__ import annotations
@@ -60,7 +62,9 @@ __all__ = [
     "action_dim",
     "action_shape",
     "allocate_rollout",
+    "batch_observation_key",
     "entries_from_batch",
+    "observation_key",
     "observation_leaves",
     "torch_dtype",
 ]
@@ -77,6 +81,7 @@ NEXT_REWARD = ("next", "reward")
 NEXT_DONE = ("next", "done")
 NEXT_TERMINATED = ("next", "terminated")
 NEXT_VALUE = ("next", "state_value")
+KEY_SEPARATOR = "/"  # in a Dict key, nests the leaf's storage and batch key ("board/cells": ("board", "cells"))
 
 StorageKind = Literal["memory", "memmap"]
 
@@ -125,6 +130,39 @@ def observation_leaves(space: spaces.Space) -> dict[tuple[str, ...], spaces.Spac
     if not leaves:
         raise TypeError(f"Observation space {space!r} has no keys: a Dict space needs at least one entry.")
     return leaves
+
+
+def batch_observation_key(path: tuple[str, ...]) -> NestedKey:
+    """Where a TorchRL env (``GymWrapper``) keeps an observation leaf: ``"observation"`` for a non-Dict space,
+    else the key path, each ``"/"`` in a key one more level (``"image"``; ``("board", "cells")`` for either path).
+
+    :param path: the leaf's key path, as :func:`observation_leaves` gives it (``()`` for a non-Dict space).
+    :return: the leaf's key in a step or collector batch.
+    """
+    keys = tuple(KEY_SEPARATOR.join(path).split(KEY_SEPARATOR)) if path else (OBSERVATION,)
+    return keys[0] if len(keys) == 1 else keys
+
+
+def observation_key(path: tuple[str, ...]) -> NestedKey:
+    """The rollout's key of an observation leaf: ``"observation"``, or ``("observation", *keys)`` in a Dict, each
+    ``"/"`` in a key one more level (``("observation", "board", "cells")`` for ``"board/cells"`` too).
+
+    :param path: the leaf's key path, as :func:`observation_leaves` gives it (``()`` for a non-Dict space).
+    :return: the leaf's nested key in the rollout TensorDict.
+    """
+    return (OBSERVATION, *KEY_SEPARATOR.join(path).split(KEY_SEPARATOR)) if path else OBSERVATION
+
+
+def _check_distinct_keys(paths: Sequence[tuple[str, ...]]) -> None:
+    """Refuse leaves whose keys meet once ``"/"`` nests them (``"a/b"`` beside ``"a"``, or ``"a/b"`` twice)."""
+    names = [KEY_SEPARATOR.join(path) for path in paths]
+    inner = {name[:i] for name in names for i, char in enumerate(name) if char == KEY_SEPARATOR}
+    clash = sorted({name for name in names if names.count(name) > 1} | (inner & set(names)))
+    if clash:
+        raise ValueError(
+            f"Observation keys {clash} would each be both a leaf and a nested Dict (or two leaves) of the rollout: "
+            "a '/' in a Dict key nests it, so rename the keys that clash."
+        )
 
 
 def nest_leaves(paths: Sequence[tuple[str, ...]], leaves: Sequence[Any]) -> dict[str, Any]:
@@ -216,10 +254,10 @@ def allocate_rollout(
         return make(*batch, *shape, dtype=dtype, device=alloc_device)
 
     entries: dict[NestedKey, torch.Tensor] = {}
-    for path, obs_space in observation_leaves(observation_space).items():
-        entries[(OBSERVATION, *path) if path else OBSERVATION] = leaf(
-            *leaf_shape(obs_space), dtype=torch_dtype(obs_space.dtype)
-        )
+    leaves = observation_leaves(observation_space)
+    _check_distinct_keys(list(leaves))
+    for path, obs_space in leaves.items():
+        entries[observation_key(path)] = leaf(*leaf_shape(obs_space), dtype=torch_dtype(obs_space.dtype))
     entries[ACTION] = leaf(*action_shape(action_space), dtype=torch_dtype(action_space.dtype))
     entries[ACTION_MASK] = leaf(mask_spec(action_space).size, dtype=torch.bool)
     entries[IS_INIT] = leaf(1, dtype=torch.bool)
@@ -311,7 +349,7 @@ def entries_from_batch(
     rows = _env_major(batch, n, steps)
     leaf_names = str(["/".join(path) or OBSERVATION for path in observation_paths])
     if observation_keys is None:
-        keys: list[NestedKey] = [path if path else OBSERVATION for path in observation_paths]
+        keys: list[NestedKey] = [batch_observation_key(path) for path in observation_paths]
     else:
         keys = list(observation_keys)
         if len(keys) != len(observation_paths):
