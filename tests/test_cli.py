@@ -311,7 +311,7 @@ def test_console_script_shows_help_with_rl_zoo_options_and_each_default_once() -
     for option in options:
         assert option in run.stdout
     assert "(default: None)" not in run.stdout
-    out_help = " ".join(run.stdout.split("\n  --out DIR", 1)[1].split("\n  -i PATH", 1)[0].split())
+    out_help = " ".join(run.stdout.split("\n  --out DIR", 1)[1].split("\n  --eval-freq N", 1)[0].split())
     assert out_help.count("default") == 1 and "checkpoints" in out_help, out_help
 
 

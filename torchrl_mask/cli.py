@@ -106,7 +106,8 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message}; see `{self.prog} --help`.")
 
 
-def _add_train_arguments(train: argparse.ArgumentParser) -> None:
+def _add_what_to_train(train: argparse.ArgumentParser) -> None:
+    """What to train: the env, its hyperparameters (rl-zoo3's file and overrides), how long, from what."""
     defaults = TrainConfig()
     built_in = ", ".join(f"{key}={value}" for key, value in DEFAULT_HYPERPARAMS.items())
     train.add_argument(
@@ -142,21 +143,24 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
         help="env steps to train for, over all envs (default: the file's n_timesteps, or "
         f"{DEFAULT_HYPERPARAMS['n_timesteps']} without a file)",
     )
-    train.add_argument("--seed", type=_seed, default=defaults.seed, help="seed of envs, policy, evaluation")
-    train.add_argument("--device", default=defaults.device, help="cpu, cuda, cuda:N, mps or auto")
-    train.add_argument(
-        "--out",
-        type=Path,
-        metavar="DIR",
-        help="folder for the model, learning curve, evaluation, checkpoints and best model "
-        "(default: runs/<env>-<date>-<time>)",
-    )
     train.add_argument(
         "-i",
         "--trained-agent",
         type=Path,
         metavar="PATH",
         help="a saved model (.zip) to continue training (its policy is kept)",
+    )
+
+
+def _add_what_to_write(train: argparse.ArgumentParser) -> None:
+    """Where the run writes, and what: periodic evaluations, checkpoints, TensorBoard, SB3's logger."""
+    defaults = TrainConfig()
+    train.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="folder for the model, learning curve, evaluation, checkpoints and best model "
+        "(default: runs/<env>-<date>-<time>)",
     )
     train.add_argument(
         "--eval-freq",
@@ -186,6 +190,13 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
         default=defaults.verbose,
         help="SB3's logger: 0 nothing, 1 the training table, 2 also debug messages",
     )
+
+
+def _add_how_to_run(train: argparse.ArgumentParser) -> None:
+    """How the run steps its envs and where it computes."""
+    defaults = TrainConfig()
+    train.add_argument("--seed", type=_seed, default=defaults.seed, help="seed of envs, policy, evaluation")
+    train.add_argument("--device", default=defaults.device, help="cpu, cuda, cuda:N, mps or auto")
     train.add_argument(
         "--threads",
         type=_positive_int,
@@ -216,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
         "without masks, and save the model, a learning-curve PNG and the evaluation.",
         formatter_class=_HelpFormatter,
     )
-    _add_train_arguments(train_parser)
+    for add_arguments in (_add_what_to_train, _add_what_to_write, _add_how_to_run):
+        add_arguments(train_parser)
     commands.add_parser(
         "bench",
         add_help=False,  # every argument after `bench`, --help included, belongs to the benchmark

@@ -19,7 +19,6 @@ from gymnasium import spaces
 from sb3_contrib.common.maskable.evaluation import evaluate_policy
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.monitor import load_results
-from stable_baselines3.common.results_plotter import X_TIMESTEPS, ts2xy
 
 from torchrl_mask.masks import mask_spec
 
@@ -84,6 +83,8 @@ def learning_curve(monitor_dir: Path) -> list[tuple[int, float]]:
     :param monitor_dir: the folder SB3's ``Monitor`` wrote into.
     :return: one point per episode, the timestep being the running sum of episode lengths (SB3's ``ts2xy``).
     """
+    from stable_baselines3.common.results_plotter import X_TIMESTEPS, ts2xy  # imports matplotlib: only here
+
     steps, returns = ts2xy(load_results(str(monitor_dir)), X_TIMESTEPS)
     return [(int(step), float(ret)) for step, ret in zip(steps, returns, strict=True)]
 

@@ -16,9 +16,8 @@ before it writes anything, and writes to the output folder:
 With ``tensorboard_log``, SB3's logger writes TensorBoard event files under ``<tensorboard_log>/MaskablePPO_<n>``.
 The evaluation, the curve and the PNG are :mod:`torchrl_mask.results`.
 
-An env is masked when it has an ``action_masks()`` method (sb3-contrib's convention, e.g. an env wrapped in
-``sb3_contrib.common.wrappers.ActionMasker``), reports ``info["action_mask"]`` after ``reset`` and ``step``
-(gymnasium's convention), or has an ``"action_mask"`` entry in a Dict observation.
+An env is masked when it reports its mask in one of the conventions :mod:`torchrl_mask.envs` reads (a Dict
+observation entry, an ``action_masks()`` method, ``info["action_mask"]``), in that module's one order.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ import zipfile
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -52,7 +51,6 @@ from torchrl_mask import results
 from torchrl_mask.collectors import learn_from_collector
 from torchrl_mask.config import TrainConfig, UsageError, check_device, check_folder
 from torchrl_mask.envs import ActionMaskInInfo, masked_gym_env
-from torchrl_mask.masks import mask_spec
 from torchrl_mask.policy import MaskablePolicyModule
 from torchrl_mask.ppo import MaskablePPO
 from torchrl_mask.results import EVAL_SEED_OFFSET
@@ -62,11 +60,9 @@ __all__ = [
     "TrainResult",
     "describe_masks",
     "make_masked_env",
-    "mask_source",
     "train",
 ]
 
-MaskSource = Literal["method", "info", "observation"]
 MASK_KEY = "action_mask"
 MASK_SOURCE_TEXT = {
     "method": "its action_masks()",
@@ -161,58 +157,38 @@ def _make_user_env(env_id: str) -> gym.Env:
         ) from None
 
 
-def mask_source(env: gym.Env) -> MaskSource:
-    """Find where an env reports its action mask; resets the env once to look at ``info``.
+def make_masked_env(env_id: str) -> InfoActionMasker:
+    """Make a gymnasium env whose masks MaskablePPO reads through ``action_masks()``, whatever the convention.
 
-    :param env: a freshly made env.
-    :return: ``"method"`` (it has ``action_masks()``), ``"observation"`` (``"action_mask"`` key in a Dict
-        observation) or ``"info"`` (``info["action_mask"]`` after reset).
-    :raises UsageError: the action space cannot be masked, or the env reports no mask.
+    The env is wrapped in :class:`~torchrl_mask.envs.ActionMaskInInfo`, which finds the mask where
+    :mod:`torchrl_mask.envs` looks for it, in its one order (an ``"action_mask"`` entry of a Dict observation,
+    which leaves the observation; else an ``action_masks()`` method; else ``info["action_mask"]``) and puts it
+    in ``info``, and in :class:`InfoActionMasker`: the observation space is the one
+    :func:`~torchrl_mask.envs.masked_gym_env` gives TorchRL's collectors.
+
+    :param env_id: a registered gymnasium id (``module:Id`` imports ``module`` first).
+    :return: the wrapped env.
+    :raises UsageError: unknown id, a space that cannot be masked, or no mask (the env is reset once to look
+        at ``info`` when it has neither of the other two).
     """
+    env = _make_user_env(env_id)
     name = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
     try:
-        mask_spec(env.action_space)
+        masked = ActionMaskInInfo(env)
     except TypeError:
+        env.close()
         raise UsageError(
             f"{name} has action space {env.action_space}, which cannot be masked; MaskablePPO needs Discrete, "
             "MultiDiscrete or MultiBinary actions. Pick an env with discrete actions, e.g. --env Taxi-v4."
         ) from None
-    try:
-        if callable(env.get_wrapper_attr("action_masks")):
-            return "method"
-    except AttributeError:
-        pass
-    if isinstance(env.observation_space, spaces.Dict) and MASK_KEY in env.observation_space.spaces:
-        return "observation"
-    _, info = env.reset()
-    if MASK_KEY in info:
-        return "info"
-    raise UsageError(
-        f"{name} reports no action mask: it has no action_masks() method, no info['action_mask'] and no "
-        "'action_mask' key in a Dict observation. Wrap it in sb3_contrib.common.wrappers.ActionMasker and "
-        "register the wrapped env, or pick a masked env, e.g. --env Taxi-v4."
-    )
-
-
-def make_masked_env(env_id: str) -> InfoActionMasker:
-    """Make a gymnasium env whose masks MaskablePPO reads through ``action_masks()``, whatever the convention.
-
-    The env is wrapped in :class:`~torchrl_mask.envs.ActionMaskInInfo` (the mask, wherever the env keeps
-    it, goes to ``info["action_mask"]``; an entry of a Dict observation leaves the observation) and
-    :class:`InfoActionMasker`: the observation space is the one :func:`~torchrl_mask.envs.masked_gym_env`
-    gives TorchRL's collectors.
-
-    :param env_id: a registered gymnasium id (``module:Id`` imports ``module`` first).
-    :return: the wrapped env.
-    :raises UsageError: unknown id, a space that cannot be masked, or no mask.
-    """
-    env = _make_user_env(env_id)
-    try:
-        mask_source(env)
-    except UsageError:
+    if masked.source == "info" and MASK_KEY not in env.reset()[1]:
         env.close()
-        raise
-    return InfoActionMasker(ActionMaskInInfo(env))
+        raise UsageError(
+            f"{name} reports no action mask: it has no action_masks() method, no info['action_mask'] and no "
+            "'action_mask' key in a Dict observation. Wrap it in sb3_contrib.common.wrappers.ActionMasker and "
+            "register the wrapped env, or pick a masked env, e.g. --env Taxi-v4."
+        )
+    return InfoActionMasker(masked)
 
 
 def _collector_env(env_id: str, monitor_file: str) -> TransformedEnv:
@@ -280,11 +256,8 @@ def _model_kwargs(hyperparams: dict[str, Any], policy: str) -> dict[str, Any]:
     accepted = set(inspect.signature(MaskablePPO.policy_aliases[policy]).parameters) - POLICY_SET_BY_PPO
     unknown = sorted(set(policy_kwargs) - accepted)
     if unknown:
-        raise UsageError(
-            f"policy_kwargs: {', '.join(unknown)} is not an argument of {policy}; it takes "
-            + ", ".join(sorted(accepted))
-            + "."
-        )
+        takes = ", ".join(sorted(accepted))
+        raise UsageError(f"policy_kwargs: {', '.join(unknown)} is not an argument of {policy}; it takes {takes}.")
     kwargs["policy_kwargs"] = policy_kwargs
     return kwargs
 
