@@ -34,6 +34,7 @@ DEVELOPER_MODULES = {
     "config",
     "minibatches",
     "results",
+    "rollouts",
     "sb3_arrays",
     "steps",
     "training",
