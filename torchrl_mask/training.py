@@ -16,8 +16,9 @@ before it writes anything, and writes to the output folder:
 With ``tensorboard_log``, SB3's logger writes TensorBoard event files under ``<tensorboard_log>/MaskablePPO_<n>``.
 The evaluation, the curve and the PNG are :mod:`torchrl_mask.results`.
 
-An env is masked when it reports its mask in one of the conventions :mod:`torchrl_mask.envs` reads (a Dict
-observation entry, an ``action_masks()`` method, ``info["action_mask"]``), in that module's one order.
+An env is masked when it reports its mask in one of the conventions :mod:`torchrl_mask.envs` reads; which one
+is decided there, by :class:`~torchrl_mask.envs.ActionMaskInInfo` (a Dict observation entry, else an
+``action_masks()`` method, else ``info["action_mask"]``).
 """
 
 from __future__ import annotations
@@ -160,11 +161,11 @@ def _make_user_env(env_id: str) -> gym.Env:
 def make_masked_env(env_id: str) -> InfoActionMasker:
     """Make a gymnasium env whose masks MaskablePPO reads through ``action_masks()``, whatever the convention.
 
-    The env is wrapped in :class:`~torchrl_mask.envs.ActionMaskInInfo`, which finds the mask where
-    :mod:`torchrl_mask.envs` looks for it, in its one order (an ``"action_mask"`` entry of a Dict observation,
-    which leaves the observation; else an ``action_masks()`` method; else ``info["action_mask"]``) and puts it
-    in ``info``, and in :class:`InfoActionMasker`: the observation space is the one
-    :func:`~torchrl_mask.envs.masked_gym_env` gives TorchRL's collectors.
+    The env is wrapped in :class:`~torchrl_mask.envs.ActionMaskInInfo`, which finds the mask (an
+    ``"action_mask"`` entry of a Dict observation, which leaves the observation; else an ``action_masks()``
+    method; else ``info["action_mask"]``; the same order as :func:`~torchrl_mask.envs.masked_gym_env` for
+    the collectors) and puts it in ``info``, and in :class:`InfoActionMasker`, which serves it through
+    ``action_masks()``: the observation space is the one the collectors see.
 
     :param env_id: a registered gymnasium id (``module:Id`` imports ``module`` first).
     :return: the wrapped env.
