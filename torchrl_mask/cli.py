@@ -37,6 +37,7 @@ from torchrl_mask.config import (
     TrainConfig,
     UsageError,
     check_hyperparams,
+    check_paths,
     load_conf_file,
     parse_hyperparam,
 )
@@ -255,8 +256,6 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise UsageError(
             f"--conf-file {args.conf_file} gives no n_timesteps for {args.env}; add it, or pass --n-timesteps."
         )
-    if args.trained_agent is not None and not args.trained_agent.is_file():
-        raise UsageError(f"-i {args.trained_agent}: no such file; pass a model saved by torchrl-mask train (.zip).")
     return TrainConfig(
         env_id=args.env,
         n_timesteps=n_timesteps,
@@ -292,6 +291,7 @@ def _report(config: TrainConfig, result: TrainResult) -> None:
 
 def _run_train(args: argparse.Namespace) -> int:
     config = _config_from_args(args)
+    check_paths(config)  # before torch is imported: a path is the commonest mistake, answered at once
     from torchrl_mask import training  # the heavy imports, only now that there is something to train
 
     source = training.describe_masks(config)

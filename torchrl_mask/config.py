@@ -12,16 +12,16 @@ schedule that falls linearly to 0 (``learning_rate``, ``clip_range``), or for ``
 Every value is checked here, before anything is trained or written.
 
 Example:
-    >>> config_hyperparams = parse_hyperparam("policy_kwargs=dict(net_arch=[32, 32], activation_fn=nn.Tanh)")
-    >>> config_hyperparams
+    >>> parse_hyperparam("policy_kwargs=dict(net_arch=[32, 32], activation_fn=nn.Tanh)")
     ('policy_kwargs', {'net_arch': [32, 32], 'activation_fn': 'nn.Tanh'})
-    >>> check_hyperparams(dict([config_hyperparams, ("learning_rate", "lin_3e-4")]), "--hyperparams")["learning_rate"]
-    'lin_3e-4'
+    >>> check_hyperparams({"n_timesteps": 1e5, "learning_rate": "lin_3e-4"}, "--hyperparams")
+    {'n_timesteps': 100000, 'learning_rate': 'lin_3e-4'}
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import tempfile
 import time
@@ -38,6 +38,7 @@ __all__ = [
     "check_device",
     "check_folder",
     "check_hyperparams",
+    "check_paths",
     "load_conf_file",
     "parse_hyperparam",
 ]
@@ -60,8 +61,8 @@ DEFAULT_HYPERPARAMS: dict[str, Any] = {
     "policy_kwargs": {"net_arch": [64, 64]},
 }
 POLICIES = ("MlpPolicy", "MultiInputPolicy", "CnnPolicy")
-_SCHEDULE = re.compile(r"lin_([0-9.eE+-]+)")
 _FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_SCHEDULE = re.compile(r"lin_(" + _FLOAT.pattern + ")")
 _TORCH_NN = re.compile(r"(?:th\.|torch\.)?nn\.[A-Za-z_]\w*")
 
 
@@ -98,11 +99,7 @@ def _schedule(value: Any) -> tuple[Any, str]:
     """A number > 0, or rl-zoo3's ``lin_<number>`` (linear from that number at the start to 0 at the end)."""
     match = _SCHEDULE.fullmatch(value) if isinstance(value, str) else None
     if match is not None:
-        try:
-            start = float(match.group(1))
-        except ValueError:
-            start = -1.0
-        return (value, "") if start > 0 else (value, "a number > 0 or lin_<number > 0>")
+        return (value, "") if float(match.group(1)) > 0 else (value, "a number > 0 or lin_<number > 0>")
     return (value, "") if _number(value, 0.0, open_low=True) is not None else (value, "a number > 0 or lin_<number>")
 
 
@@ -383,3 +380,21 @@ class TrainConfig:
             return self.out
         safe_id = re.sub(r"[^A-Za-z0-9._-]+", "_", self.env_id)
         return Path("runs") / f"{safe_id}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def check_paths(config: TrainConfig) -> Path:
+    """Check every path a configuration names, before torch is imported; nothing is written.
+
+    :param config: the run's configuration.
+    :return: the output folder (:meth:`TrainConfig.output_dir`).
+    :raises UsageError: an output or TensorBoard folder that cannot be made, a trained agent that is not a file,
+        or ``tensorboard_log`` without TensorBoard installed.
+    """
+    out = check_folder(config.output_dir(), "--out")
+    if config.trained_agent is not None and not config.trained_agent.is_file():
+        raise UsageError(f"-i {config.trained_agent}: no such file; pass a model saved by torchrl-mask train (.zip).")
+    if config.tensorboard_log is not None:
+        check_folder(config.tensorboard_log, "--tensorboard-log")
+        if importlib.util.find_spec("tensorboard") is None:
+            raise UsageError("--tensorboard-log needs TensorBoard: pip install 'torchrl-mask[tensorboard]'.")
+    return out

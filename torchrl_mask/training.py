@@ -23,7 +23,6 @@ is decided there, by :class:`~torchrl_mask.envs.ActionMaskInInfo` (a Dict observ
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 import warnings
@@ -50,7 +49,7 @@ from torchrl.envs import SerialEnv, TransformedEnv
 
 from torchrl_mask import results
 from torchrl_mask.collectors import learn_from_collector
-from torchrl_mask.config import TrainConfig, UsageError, check_device, check_folder
+from torchrl_mask.config import TrainConfig, UsageError, check_device, check_paths
 from torchrl_mask.envs import ActionMaskInInfo, masked_gym_env
 from torchrl_mask.policy import MaskablePolicyModule
 from torchrl_mask.ppo import MaskablePPO
@@ -275,12 +274,8 @@ def _check_trained_agent(path: Path, env: gym.Env) -> None:
 
 def _prepare(config: TrainConfig) -> _Plan:
     """Every check of the configuration, in the order a user fixes them; nothing is written."""
-    out = check_folder(config.output_dir(), "--out")
+    out = check_paths(config)
     device = check_device(config.device)
-    if config.tensorboard_log is not None:
-        check_folder(config.tensorboard_log, "--tensorboard-log")
-        if importlib.util.find_spec("tensorboard") is None:
-            raise UsageError("--tensorboard-log needs TensorBoard: pip install 'torchrl-mask[tensorboard]'.")
     env = make_masked_env(config.env_id)
     try:
         policy = _policy(config, env.observation_space)
