@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -12,14 +13,43 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 from sb3_contrib import MaskablePPO as SB3ContribMaskablePPO
 
 from torchrl_mask import MaskablePPO
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL = ["--steps", "1024", "--n-envs", "2", "--n-steps", "128", "--eval-episodes", "2"]
-TINY = ["--steps", "256", "--n-envs", "2", "--n-steps", "64", "--eval-episodes", "1", "--no-progress"]
+SMALL = ["--steps", "1024", "--hyperparams", "n_envs=2", "n_steps=128", "--eval-episodes", "2"]
+TINY = ["--steps", "256", "--hyperparams", "n_envs=2", "n_steps=64", "--eval-episodes", "1", "--no-progress"]
+TORCHRL_MASK = Path(sys.executable).with_name("torchrl-mask")  # the console script, as a user runs it
+
+# rl-zoo3's format: env ids at the top level, each with its hyperparameters (lin_<x>: linear schedule from x).
+ZOO_FILE = textwrap.dedent(
+    """
+    Taxi-v4:
+      n_timesteps: !!float 10240
+      n_envs: 2
+      policy: 'MlpPolicy'
+      n_steps: 128
+      batch_size: 64
+      n_epochs: 2
+      learning_rate: lin_1e-3
+      clip_range: 0.2
+      policy_kwargs: "dict(net_arch=[32], activation_fn=nn.ReLU)"
+    CartPole-v1:
+      n_timesteps: !!float 1e5
+    """
+)
+# Files the bad-input cases name as {tmp}/<name>.
+BAD_FILES = {
+    "zoo.yml": ZOO_FILE,
+    "broken.yml": "Taxi-v4: [n_steps: 64\n",
+    "a_list.yml": "- Taxi-v4\n- CartPole-v1\n",
+    "with_normalize.yml": "Taxi-v4:\n  n_timesteps: 1000\n  normalize: true\n",
+    "no_timesteps.yml": "Taxi-v4:\n  n_envs: 2\n",
+    "not_a_model.zip": "not a zip file\n",
+}
 
 # Each case: the arguments, and a piece of the one-line message that names the problem or its fix.
 BAD_INPUT = {
@@ -27,13 +57,47 @@ BAD_INPUT = {
     "deprecated_env_version": (["train", "--env", "Taxi-v3"], "Please use `Taxi-v4` instead"),
     "env_without_masks": (["train", "--env", "CartPole-v1"], "CartPole-v1 reports no action mask"),
     "continuous_actions": (["train", "--env", "Pendulum-v1"], "which cannot be masked"),
-    "zero_steps": (["train", "--steps", "0"], "argument --steps: expected a positive integer, got '0'"),
-    "non_numeric_n_envs": (["train", "--n-envs", "two"], "argument --n-envs: expected a positive integer, got 'two'"),
+    "zero_steps": (
+        ["train", "--steps", "0"],
+        "argument -n/--n-timesteps/--steps: expected a positive integer, got '0'",
+    ),
+    "non_numeric_n_envs": (["train", "--hyperparams", "n_envs=two"], "n_envs='two' is not valid; expected a positive"),
     "unknown_device": (["train", "--device", "banana"], "use cpu, cuda, cuda:0, mps or auto"),
     "unknown_option": (["train", "--bogus"], "unrecognized arguments: --bogus; see `torchrl-mask train --help`"),
     "output_is_a_file": (["train", "--out", "pyproject.toml"], "--out pyproject.toml is a file; pass a folder"),
     "output_under_a_file": (["train", "--out", "pyproject.toml/run"], "pyproject.toml, which is a file; pass a"),
     "output_under_proc": (["train", "--out", "/proc/torchrl_mask/run"], "cannot create a folder in /proc"),
+    "unknown_hyperparameter": (["train", "--hyperparams", "learning_rat=0.1"], "unknown hyperparameter 'learning_rat'"),
+    "hyperparameter_out_of_range": (["train", "--hyperparams", "gamma=1.5"], "gamma=1.5 is not valid; expected a"),
+    "schedule_without_number": (["train", "-params", "learning_rate=lin_x"], "expected a number > 0 or lin_<number>"),
+    "hyperparameter_without_value": (["train", "--hyperparams", "gamma"], "expected name=value, e.g. learning_rate"),
+    "policy_kwargs_with_code": (
+        ["train", "--hyperparams", "policy_kwargs=dict(net_arch=__import__('os'))"],
+        "\"__import__('os')\" is not a literal; use literals",
+    ),
+    "unknown_policy_kwarg": (
+        ["train", "--hyperparams", "policy_kwargs=dict(net_arch=[8], depth=3)"],
+        "policy_kwargs: depth is not an argument of MlpPolicy; it takes activation_fn,",
+    ),
+    "unknown_activation": (
+        ["train", "--hyperparams", "policy_kwargs=dict(activation_fn=nn.Relu)"],
+        "activation_fn=nn.Relu is not a torch.nn module; use e.g. nn.ReLU",
+    ),
+    "policy_for_images": (["train", "--hyperparams", "policy=CnnPolicy"], "does not fit Taxi-v4's observation"),
+    "missing_yaml": (["train", "--conf-file", "{tmp}/missing.yml"], "missing.yml: cannot read it (No such file"),
+    "invalid_yaml": (["train", "--conf-file", "{tmp}/broken.yml"], "broken.yml: not valid YAML at line 2"),
+    "yaml_not_env_ids": (["train", "-conf", "{tmp}/a_list.yml"], "expected env ids at the top level"),
+    "yaml_without_the_env": (
+        ["train", "--conf-file", "{tmp}/zoo.yml", "--env", "FrozenLake-v1"],
+        "has no entry for 'FrozenLake-v1' and no 'default' (it has: Taxi-v4, CartPole-v1)",
+    ),
+    "yaml_with_rl_zoo_wrapper_key": (["train", "-conf", "{tmp}/with_normalize.yml"], "rl-zoo3's 'normalize' is not"),
+    "yaml_without_n_timesteps": (["train", "-conf", "{tmp}/no_timesteps.yml"], "gives no n_timesteps for Taxi-v4"),
+    "trained_agent_missing": (["train", "-i", "{tmp}/missing.zip"], "-i {tmp}/missing.zip: no such file"),
+    "trained_agent_not_a_model": (["train", "-i", "{tmp}/not_a_model.zip"], "cannot continue from it: Error: the"),
+    "verbose_out_of_range": (["train", "--verbose", "3"], "argument --verbose: invalid choice: 3"),
+    "negative_eval_freq": (["train", "--eval-freq", "-5"], "argument --eval-freq: expected an integer >= 0"),
+    "tensorboard_log_is_a_file": (["train", "--tensorboard-log", "pyproject.toml"], "--tensorboard-log pyproject"),
 }
 
 # An env module a user might register: one env with sb3-contrib's action_masks() method, one with the mask
@@ -85,11 +149,25 @@ def run_cli(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> 
 
 
 @pytest.fixture(scope="module")
-def bad_input_runs() -> dict[str, subprocess.CompletedProcess[str]]:
-    """Run every bad-input case at once (each pays the import of torch), and collect what the user sees."""
+def bad_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("bad_files")
+    for name, text in BAD_FILES.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def _with_files(args: list[str], case: str, folder: Path) -> list[str]:
+    """The case's arguments with ``{tmp}`` filled in, and an --out in ``folder`` when the case gives none."""
+    args = [arg.replace("{tmp}", str(folder)) for arg in args]
+    return args if "--out" in args else [*args, "--out", str(folder / f"out_{case}")]
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(bad_files: Path) -> dict[str, subprocess.CompletedProcess[str]]:
+    """Run every bad-input case at once (some pay the import of torch), and collect what the user sees."""
     procs = {
         name: subprocess.Popen(
-            [sys.executable, "-m", "torchrl_mask", *args],
+            [sys.executable, "-m", "torchrl_mask", *_with_files(args, name, bad_files)],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -111,11 +189,11 @@ def taxi_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Compl
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUT))
-def test_bad_input_prints_one_line_with_the_fix_and_exits_2(
-    case: str, bad_input_runs: dict[str, subprocess.CompletedProcess[str]]
+def test_bad_input_prints_one_line_with_the_fix_exits_2_and_writes_nothing(
+    case: str, bad_input_runs: dict[str, subprocess.CompletedProcess[str]], bad_files: Path
 ) -> None:
     run = bad_input_runs[case]
-    expected = BAD_INPUT[case][1]
+    expected = BAD_INPUT[case][1].replace("{tmp}", str(bad_files))
     assert run.returncode == 2, run.stderr
     assert "Traceback" not in run.stderr
     lines = run.stderr.strip().splitlines()
@@ -123,6 +201,8 @@ def test_bad_input_prints_one_line_with_the_fix_and_exits_2(
     assert lines[0].startswith("torchrl-mask: error: ")
     assert expected in lines[0]
     assert run.stdout == ""
+    assert sorted(path.name for path in bad_files.iterdir() if not path.name.startswith("out_")) == sorted(BAD_FILES)
+    assert not list(bad_files.glob("out_*")), "a bad input wrote its output folder"
 
 
 @pytest.mark.slow
@@ -162,7 +242,7 @@ def test_train_saves_a_model_both_libraries_load_and_an_evaluation_record(
     _, out = taxi_run
     record = json.loads((out / "evaluation.json").read_text())
     assert record["config"]["env_id"] == "Taxi-v4"
-    assert record["config"]["steps"] == 1024
+    assert record["config"]["n_timesteps"] == 1024
     assert set(record["evaluation"]) == {"masked", "unmasked", "random"}
     curve = (out / "learning_curve.csv").read_text().splitlines()
     assert curve[0] == "timestep,episode_return"
@@ -223,12 +303,66 @@ def test_output_into_a_read_only_folder_is_one_line_exit_2_and_writes_nothing() 
         assert list(read_only.iterdir()) == []
 
 
-def test_console_script_and_module_both_show_help() -> None:
-    script = Path(sys.executable).with_name("torchrl-mask")
-    run = subprocess.run([script, "train", "--help"], capture_output=True, text=True, timeout=300)
+def test_console_script_shows_help_with_rl_zoo_options_and_each_default_once() -> None:
+    run = subprocess.run([TORCHRL_MASK, "train", "--help"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    for option in ("--env", "--steps", "--seed", "--n-envs", "--device", "--out", "--collector"):
+    options = ("--env", "--conf-file", "--hyperparams", "--n-timesteps", "--steps", "--seed", "--device", "--out")
+    options += ("--trained-agent", "--eval-freq", "--save-freq", "--tensorboard-log", "--verbose", "--collector")
+    for option in options:
         assert option in run.stdout
+    assert "(default: None)" not in run.stdout
+    out_help = " ".join(run.stdout.split("\n  --out DIR", 1)[1].split("\n  --eval-freq N", 1)[0].split())
+    assert out_help.count("default") == 1 and "checkpoints" in out_help, out_help
+
+
+@pytest.fixture(scope="module")
+def zoo_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[subprocess.CompletedProcess[str]], Path]:
+    """rl-zoo3's workflow with the console script: train from a YAML file with evaluation, checkpoints and
+    TensorBoard, then continue the saved model with a new learning rate."""
+    folder = tmp_path_factory.mktemp("zoo")
+    (folder / "f.yml").write_text(ZOO_FILE)
+    common = ["--eval-episodes", "2", "--no-progress"]
+    first = [TORCHRL_MASK, "train", "--conf-file", "f.yml", "--eval-freq", "5000", "--save-freq", "10000"]
+    first += ["--tensorboard-log", "tb/", "--out", "first", *common]
+    again = [TORCHRL_MASK, "train", "-conf", "f.yml", "-i", "first/model.zip", "-n", "1024", "--verbose", "0"]
+    again += ["--hyperparams", "learning_rate=0.0005", "n_epochs:3", "--out", "again", *common]
+    runs = []
+    for args in (first, again):
+        runs.append(subprocess.run(args, cwd=folder, capture_output=True, text=True, timeout=300))
+        assert runs[-1].returncode == 0, runs[-1].stderr
+    return runs, folder
+
+
+@pytest.mark.slow
+def test_train_from_an_rl_zoo_file_writes_checkpoints_best_model_and_tensorboard_events(
+    zoo_runs: tuple[list[subprocess.CompletedProcess[str]], Path],
+) -> None:
+    (first, _), folder = zoo_runs
+    out = folder / "first"
+    assert "for 10,240 steps: 2 envs" in first.stdout
+    assert re.findall(r"total_timesteps\s*\|\s*(\d+)", first.stdout)[-1] == "10240"  # SB3's logger, --verbose 1
+    assert (out / "rl_model_10000_steps.zip").is_file()
+    assert not list(out.glob("rl_model_5000_*"))  # every 10000 steps only
+    evaluations = np.load(out / "evaluations.npz")
+    assert evaluations["timesteps"].tolist() == [5000, 10000]
+    assert evaluations["results"].shape == (2, 2)  # two evaluations of --eval-episodes 2
+    best = MaskablePPO.load(out / "best_model.zip", device="cpu")
+    assert best.policy.net_arch == [32] and best.policy.activation_fn is torch.nn.ReLU  # the file's policy_kwargs
+    assert list((folder / "tb").glob("MaskablePPO_1/events.out.tfevents.*"))
+    assert "Saved to first/: model.zip" in first.stdout and "best_model.zip" in first.stdout
+
+
+@pytest.mark.slow
+def test_trained_agent_continues_its_timesteps_with_the_hyperparams_given(
+    zoo_runs: tuple[list[subprocess.CompletedProcess[str]], Path],
+) -> None:
+    (first, again), folder = zoo_runs
+    model = MaskablePPO.load(folder / "again" / "model.zip", device="cpu")
+    assert model.num_timesteps == 10240 + 1024
+    assert model.learning_rate == 0.0005 and model.n_epochs == 3  # --hyperparams, both separators
+    assert model.policy.net_arch == [32]  # the saved policy, kept
+    assert again.stdout.count("\n") < first.stdout.count("\n")  # --verbose 0: no logger tables
+    assert "| train/" in first.stdout and "| train/" not in again.stdout
 
 
 def test_bench_hands_its_arguments_to_the_benchmark() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchrl_mask.cli import TrainConfig
+from torchrl_mask.config import TrainConfig
 from torchrl_mask.training import train
 
 
@@ -16,8 +16,9 @@ from torchrl_mask.training import train
 def test_the_same_seed_trains_the_same_model_on_every_collection_path(collector: str | None, tmp_path: Path) -> None:
     params = []
     for run in range(2):
+        hyperparams = {"n_steps": 64, "batch_size": 32, "policy_kwargs": {"net_arch": [16]}}
         config = TrainConfig(
-            steps=256, n_envs=2, n_steps=64, eval_episodes=1, net_arch=(16,), progress_bar=False,
+            n_timesteps=256, n_envs=2, hyperparams=hyperparams, eval_episodes=1, progress_bar=False, verbose=0,
             collector=collector, out=tmp_path / str(run), seed=3,
         )  # fmt: skip
         model = train(config).model

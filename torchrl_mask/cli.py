@@ -1,21 +1,25 @@
 """``torchrl-mask``: train MaskablePPO on a masked env, or benchmark it against sb3-contrib.
 
 ``torchrl-mask train`` trains :class:`~torchrl_mask.MaskablePPO` on a gymnasium env that reports action masks
-(by default ``Taxi-v4``, which ships with gymnasium and puts its mask in ``info["action_mask"]``), with SB3's
-progress bar; then it evaluates the trained policy with masks, without masks and against random legal
-actions, and writes to the output folder
-``model.zip``, ``learning_curve.png``, ``learning_curve.csv`` and ``evaluation.json``; the job itself is
-:mod:`torchrl_mask.training`. This module holds the command line, its one config dataclass and nothing heavy:
-``--help`` and a bad option answer before torch is imported.
+(by default ``Taxi-v4``, which ships with gymnasium and puts its mask in ``info["action_mask"]``) with
+rl-zoo3's habits: hyperparameters from an rl-zoo3 YAML file (``--conf-file``) and ``--hyperparams
+name=value`` overrides, periodic evaluation with the best model saved (``--eval-freq``), checkpoints
+(``--save-freq``), continuing a saved model (``-i``), TensorBoard (``--tensorboard-log``) and SB3's logger
+(``--verbose``). Then it evaluates the trained policy with masks, without masks and against random legal
+actions, and writes ``model.zip``, ``learning_curve.png``, ``learning_curve.csv`` and ``evaluation.json`` to
+the output folder; the job itself is :mod:`torchrl_mask.training`, its configuration
+:mod:`torchrl_mask.config`. This module holds the command line and nothing heavy: ``--help`` and a bad option
+answer before torch is imported.
 
 ``torchrl-mask bench`` hands every argument after it to :func:`torchrl_mask.benchmark.main`.
 
-Input a user can fix (an unknown env id, an env without masks, a bad option value) ends with one line on
-stderr that says what is wrong and how to fix it, and exit status 2.
+Input a user can fix (an unknown env id, an env without masks, a bad option or hyperparameter, a missing or
+invalid YAML file) ends with one line on stderr that says what is wrong and how to fix it, exit status 2, and
+nothing written.
 
 Example:
     >>> from torchrl_mask.cli import main
-    >>> main(["train", "--steps", "2048", "--n-envs", "2", "--out", "runs/smoke"])  # doctest: +SKIP
+    >>> main(["train", "-n", "2048", "--hyperparams", "n_envs=2", "--out", "runs/smoke"])  # doctest: +SKIP
     0
 """
 
@@ -23,82 +27,31 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import re
 import sys
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
+
+from torchrl_mask.config import (
+    DEFAULT_HYPERPARAMS,
+    TrainConfig,
+    UsageError,
+    check_hyperparams,
+    check_paths,
+    load_conf_file,
+    parse_hyperparam,
+)
 
 if TYPE_CHECKING:
     from torchrl_mask.training import TrainResult
 
-__all__ = ["COLLECTOR_TEXT", "TrainConfig", "UsageError", "build_parser", "main"]
+__all__ = ["COLLECTOR_TEXT", "build_parser", "main"]
 
 COLLECTOR_TEXT = {
     "sync": "TorchRL Collector over a SerialEnv",
     "multisync": "TorchRL MultiSyncCollector, one worker process each",
 }
 EXIT_USAGE = 2
-
-
-class UsageError(ValueError):
-    """Input the user can fix: the message says what is wrong and how to fix it, on one line."""
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything ``torchrl-mask train`` needs; the defaults are what ``make train`` runs.
-
-    The PPO defaults are tuned for ``Taxi-v4``: 100k steps take about a minute on 2 CPU cores and reach a
-    mean return near the env's solved threshold of 8 (random legal actions score about -175).
-
-    :param env_id: a registered gymnasium id of an env that reports action masks.
-    :param steps: total env steps to train for (across all envs).
-    :param seed: seeds the envs, the policy and the evaluation env.
-    :param n_envs: envs stepped side by side (``DummyVecEnv``).
-    :param device: torch device of the policy and the rollout (``cpu``, ``cuda``, ``cuda:1``, ``mps``, ``auto``).
-    :param out: output folder; None means ``runs/<env_id>-<date>-<time>``.
-    :param eval_episodes: episodes per evaluation (each of: masked, unmasked, random legal actions).
-    :param n_steps: steps per env per rollout (the buffer holds ``n_steps * n_envs`` transitions).
-    :param batch_size: minibatch size; None means a quarter of the rollout.
-    :param learning_rate: Adam step size.
-    :param ent_coef: entropy bonus weight.
-    :param gamma: discount factor.
-    :param net_arch: hidden layer sizes of the policy and value networks.
-    :param progress_bar: show SB3's progress bar while training.
-    :param threads: torch CPU threads (``torch.set_num_threads``); one is fastest for small networks, and far
-        faster than several when other processes share the cores.
-    :param collector: None steps the envs with SB3's ``DummyVecEnv`` in ``learn``; ``"sync"`` collects with
-        TorchRL's ``Collector`` over a ``SerialEnv`` in this process, ``"multisync"`` with TorchRL's
-        ``MultiSyncCollector``, one worker process per env, both through
-        :func:`~torchrl_mask.collectors.learn_from_collector`.
-    """
-
-    env_id: str = "Taxi-v4"
-    steps: int = 100_000
-    seed: int = 0
-    n_envs: int = 8
-    device: str = "cpu"
-    out: Path | None = None
-    eval_episodes: int = 20
-    n_steps: int = 256
-    batch_size: int | None = None
-    learning_rate: float = 1e-3
-    ent_coef: float = 0.01
-    gamma: float = 0.99
-    net_arch: tuple[int, ...] = (64, 64)
-    progress_bar: bool = True
-    threads: int = 1
-    collector: Literal["sync", "multisync"] | None = None
-
-    def output_dir(self) -> Path:
-        """The output folder: :attr:`out`, or ``runs/<env_id>-<date>-<time>`` (env id made file-safe)."""
-        if self.out is not None:
-            return self.out
-        safe_id = re.sub(r"[^A-Za-z0-9._-]+", "_", self.env_id)
-        return Path("runs") / f"{safe_id}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def _positive_int(text: str) -> int:
@@ -121,6 +74,32 @@ def _seed(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _hyperparam(text: str) -> tuple[str, Any]:
+    try:
+        return parse_hyperparam(text)
+    except UsageError as err:  # argparse turns ArgumentTypeError into "argument --hyperparams: ..."
+        raise argparse.ArgumentTypeError(str(err).removeprefix(f"--hyperparams {text!r}: ")) from None
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's defaults in the help, except empty ones (an option whose help says what its absence means)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with its errors raised as one-line :class:`UsageError` instead of usage text and exit."""
 
@@ -128,12 +107,118 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message}; see `{self.prog} --help`.")
 
 
+def _add_what_to_train(train: argparse.ArgumentParser) -> None:
+    """What to train: the env, its hyperparameters (rl-zoo3's file and overrides), how long, from what."""
+    defaults = TrainConfig()
+    built_in = ", ".join(f"{key}={value}" for key, value in DEFAULT_HYPERPARAMS.items())
+    train.add_argument(
+        "--env",
+        default=defaults.env_id,
+        help="gymnasium id of an env with masks (action_masks(), info['action_mask'] or a Dict observation "
+        "with 'action_mask'); module:Id imports module first",
+    )
+    train.add_argument(
+        "-conf",
+        "--conf-file",
+        type=Path,
+        metavar="FILE",
+        help="rl-zoo3 YAML file: env ids at the top level (or 'default'), each with n_timesteps, n_envs, policy, "
+        f"policy_kwargs and MaskablePPO's arguments (without it: {built_in})",
+    )
+    train.add_argument(
+        "-params",
+        "--hyperparams",
+        type=_hyperparam,
+        nargs="+",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override hyperparameters, values as Python literals: learning_rate=3e-4 clip_range=lin_0.2 "
+        "policy_kwargs='dict(net_arch=[64, 64], activation_fn=nn.ReLU)'",
+    )
+    train.add_argument(
+        "-n",
+        "--n-timesteps",
+        "--steps",
+        type=_positive_int,
+        metavar="N",
+        help="env steps to train for, over all envs (default: the file's n_timesteps, or "
+        f"{DEFAULT_HYPERPARAMS['n_timesteps']} without a file)",
+    )
+    train.add_argument(
+        "-i",
+        "--trained-agent",
+        type=Path,
+        metavar="PATH",
+        help="a saved model (.zip) to continue training (its policy is kept)",
+    )
+
+
+def _add_what_to_write(train: argparse.ArgumentParser) -> None:
+    """Where the run writes, and what: periodic evaluations, checkpoints, TensorBoard, SB3's logger."""
+    defaults = TrainConfig()
+    train.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="folder for the model, learning curve, evaluation, checkpoints and best model "
+        "(default: runs/<env>-<date>-<time>)",
+    )
+    train.add_argument(
+        "--eval-freq",
+        type=_non_negative_int,
+        default=defaults.eval_freq,
+        metavar="N",
+        help="evaluate every N env steps with MaskableEvalCallback and save the best model; 0 never",
+    )
+    train.add_argument(
+        "--eval-episodes",
+        type=_positive_int,
+        default=defaults.eval_episodes,
+        help="episodes per evaluation (periodic and final)",
+    )
+    train.add_argument(
+        "--save-freq",
+        type=_non_negative_int,
+        default=defaults.save_freq,
+        metavar="N",
+        help="save a checkpoint every N env steps; 0 never",
+    )
+    train.add_argument("-tb", "--tensorboard-log", type=Path, metavar="DIR", help="folder for TensorBoard event files")
+    train.add_argument(
+        "--verbose",
+        type=int,
+        choices=(0, 1, 2),
+        default=defaults.verbose,
+        help="SB3's logger: 0 nothing, 1 the training table, 2 also debug messages",
+    )
+
+
+def _add_how_to_run(train: argparse.ArgumentParser) -> None:
+    """How the run steps its envs and where it computes."""
+    defaults = TrainConfig()
+    train.add_argument("--seed", type=_seed, default=defaults.seed, help="seed of envs, policy, evaluation")
+    train.add_argument("--device", default=defaults.device, help="cpu, cuda, cuda:N, mps or auto")
+    train.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=defaults.threads,
+        help="torch CPU threads (1 is fastest for small nets)",
+    )
+    train.add_argument(
+        "--collector",
+        choices=sorted(COLLECTOR_TEXT),
+        default=None,
+        help="collect rollouts with TorchRL instead of SB3's VecEnv: sync (envs in this process) or multisync "
+        "(one worker process per env)",
+    )
+    train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``torchrl-mask`` argument parser.
 
-    :return: a parser whose errors raise :class:`UsageError`.
+    :return: a parser whose errors raise :class:`~torchrl_mask.config.UsageError`.
     """
-    defaults = TrainConfig()
     parser = _Parser(prog="torchrl-mask", description="Action-masked PPO with TorchRL-backed rollouts.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="{train,bench}", parser_class=_Parser)
     train_parser = commands.add_parser(
@@ -141,41 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="train MaskablePPO on a masked env, evaluate it, save the model and a learning-curve PNG",
         description="Train MaskablePPO on a gymnasium env that reports action masks, evaluate it with and "
         "without masks, and save the model, a learning-curve PNG and the evaluation.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
-    train_parser.add_argument(
-        "--env",
-        default=defaults.env_id,
-        help="gymnasium id of an env with masks (action_masks(), info['action_mask'] or a Dict observation "
-        "with 'action_mask')",
-    )
-    train_parser.add_argument("--steps", type=_positive_int, default=defaults.steps, help="total env steps")
-    train_parser.add_argument("--seed", type=_seed, default=defaults.seed, help="seed of envs, policy, evaluation")
-    train_parser.add_argument("--n-envs", type=_positive_int, default=defaults.n_envs, help="envs stepped together")
-    train_parser.add_argument("--device", default=defaults.device, help="cpu, cuda, cuda:N, mps or auto")
-    train_parser.add_argument(
-        "--out", type=Path, default=None, help="output folder (default: runs/<env>-<date>-<time>)"
-    )
-    train_parser.add_argument(
-        "--eval-episodes", type=_positive_int, default=defaults.eval_episodes, help="episodes per evaluation"
-    )
-    train_parser.add_argument(
-        "--n-steps", type=_positive_int, default=defaults.n_steps, help="steps per env per rollout"
-    )
-    train_parser.add_argument(
-        "--threads",
-        type=_positive_int,
-        default=defaults.threads,
-        help="torch CPU threads (1 is fastest for small nets)",
-    )
-    train_parser.add_argument(
-        "--collector",
-        choices=sorted(COLLECTOR_TEXT),
-        default=None,
-        help="collect rollouts with TorchRL instead of SB3's VecEnv: sync (envs in this process) or multisync "
-        "(one worker process per env)",
-    )
-    train_parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    for add_arguments in (_add_what_to_train, _add_what_to_write, _add_how_to_run):
+        add_arguments(train_parser)
     commands.add_parser(
         "bench",
         add_help=False,  # every argument after `bench`, --help included, belongs to the benchmark
@@ -184,19 +238,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _hyperparams_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The file's entry for the env (or the built-in defaults), then ``--hyperparams`` over it, rl-zoo3's order."""
+    hyperparams = dict(DEFAULT_HYPERPARAMS) if args.conf_file is None else load_conf_file(args.conf_file, args.env)
+    overrides = check_hyperparams(dict(args.hyperparams), "--hyperparams")
+    if args.conf_file is None and "batch_size" not in overrides:  # built-in: a quarter of the rollout
+        n_steps = overrides.get("n_steps", hyperparams["n_steps"])
+        overrides["batch_size"] = max(2, n_steps * overrides.get("n_envs", hyperparams["n_envs"]) // 4)
+    return {**hyperparams, **overrides}
+
+
 def _config_from_args(args: argparse.Namespace) -> TrainConfig:
+    hyperparams = _hyperparams_from_args(args)
+    n_timesteps = args.n_timesteps or hyperparams.pop("n_timesteps", None)
+    hyperparams.pop("n_timesteps", None)
+    if n_timesteps is None:
+        raise UsageError(
+            f"--conf-file {args.conf_file} gives no n_timesteps for {args.env}; add it, or pass --n-timesteps."
+        )
     return TrainConfig(
         env_id=args.env,
-        steps=args.steps,
+        n_timesteps=n_timesteps,
+        n_envs=hyperparams.pop("n_envs", 1),
+        hyperparams=hyperparams,
         seed=args.seed,
-        n_envs=args.n_envs,
         device=args.device,
         out=args.out,
         eval_episodes=args.eval_episodes,
-        n_steps=args.n_steps,
+        eval_freq=args.eval_freq,
+        save_freq=args.save_freq,
+        trained_agent=args.trained_agent,
+        tensorboard_log=args.tensorboard_log,
+        verbose=args.verbose,
         progress_bar=not args.no_progress,
         threads=args.threads,
         collector=args.collector,
+        conf_file=args.conf_file,
     )
 
 
@@ -209,17 +286,18 @@ def _report(config: TrainConfig, result: TrainResult) -> None:
     print(f"\nEvaluation on {config.env_id}, {config.eval_episodes} episodes each (mean ± std episode return):")
     for label, stats in rows.items():
         print(f"  {label:<31}{stats['mean']:>10.2f} ± {stats['std']:.2f}")
-    print(f"\nSaved to {result.out}/: model.zip, learning_curve.png, learning_curve.csv, evaluation.json")
+    print(f"\nSaved to {result.out}/: " + ", ".join(result.files))
 
 
 def _run_train(args: argparse.Namespace) -> int:
     config = _config_from_args(args)
+    check_paths(config)  # before torch is imported: a path is the commonest mistake, answered at once
     from torchrl_mask import training  # the heavy imports, only now that there is something to train
 
     source = training.describe_masks(config)
     rollouts = "SB3's DummyVecEnv" if config.collector is None else COLLECTOR_TEXT[config.collector]
     print(
-        f"Training MaskablePPO on {config.env_id} (masks from {source}) for {config.steps:,} steps: "
+        f"Training MaskablePPO on {config.env_id} (masks from {source}) for {config.n_timesteps:,} steps: "
         f"{config.n_envs} envs ({rollouts}), seed {config.seed}, device {config.device}."
     )
     result = training.train(config)
