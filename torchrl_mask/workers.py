@@ -169,6 +169,10 @@ def _death(index: int, proc: BaseProcess) -> str:
     return f"worker {index} (pid {proc.pid}) exited with code {code}: {cause}"
 
 
+# A killed process is gone within milliseconds; on a loaded machine its exit can still take seconds.
+_KILL_SECONDS = 30.0
+
+
 def shutdown(collector: BaseCollector, timeout: float = _SHUTDOWN_SECONDS) -> None:
     """Shut the collector and its weight-sync schemes down; worker processes still alive ``timeout`` seconds
     later are terminated.
@@ -191,7 +195,7 @@ def shutdown(collector: BaseCollector, timeout: float = _SHUTDOWN_SECONDS) -> No
                 proc.join(2.0)
             if proc.is_alive():
                 proc.kill()
-                proc.join(2.0)
+                proc.join(_KILL_SECONDS)  # SIGKILL cannot be ignored: wait until it is reaped, not a guess
         except ValueError:  # TorchRL's shutdown joined and closed this process object meanwhile: it is gone
             continue
 
