@@ -72,7 +72,9 @@ class StepReader:
         self._env_slot = (n_envs,)
         self._column_slot = (n_envs, 1)
         self._mask_slot = (n_envs, spec.size)
-        self._obs = list(enumerate(zip(self.obs_slots, self.obs_dtypes, strict=True)))
+        self._obs = [
+            (index, slot, dtype) for index, (slot, dtype) in enumerate(zip(obs_slots, obs_dtypes, strict=True))
+        ]
         self._fits: dict[tuple[int, np.dtype], bool] = {}  # (leaf, input dtype): every value fits the leaf
 
     def read(
@@ -93,13 +95,12 @@ class StepReader:
         :param check_values: check the values (finite floats, valid actions, no integer wrap-around).
         :raises ValueError: the first problem found, naming the field and what it expected.
         """
-        arrays = []
-        for (index, (slot, dtype)), item in zip(self._obs, obs_items, strict=True):
-            if type(item) is not np.ndarray or item.shape != slot or item.dtype.kind not in _NUMERIC:
-                item = self._observation(index, item)
-            if check_values and item.dtype is not dtype:
-                self._check_fits(index, item)
-            arrays.append(item)
+        # An observation leaf of its slot's shape and of the leaf's own dtype needs no other test.
+        arrays = [
+            item if type(item) is np.ndarray and item.dtype is dtype and item.shape == slot else
+            self._observation(index, item, check_values)
+            for (index, slot, dtype), item in zip(self._obs, obs_items, strict=True)
+        ]  # fmt: skip
         action, reward, start, value, log_prob = fields
         if type(action) is not np.ndarray or action.shape != self.action_slot or action.dtype.kind not in _NUMERIC:
             action = self._array("action", action, self.action_slot)
@@ -112,14 +113,14 @@ class StepReader:
         reward_row[...] = reward
         # SB3's value (n_envs, 1) and log_prob (n_envs,) CPU tensors, staged in one test each; else the slow path.
         if type(value) is torch.Tensor and value.is_cpu and value.shape == self._column_slot and value.dtype in _REAL:
-            self._value_column[...] = value.numpy(force=True)
+            self._value_column[...] = value.detach().numpy() if value.requires_grad else value.numpy()
         else:
             self._stage_row(1, "value", value)
         if type(log_prob) is torch.Tensor and log_prob.is_cpu and log_prob.shape == slot and log_prob.dtype in _REAL:
-            log_prob_row[...] = log_prob.numpy(force=True)
+            log_prob_row[...] = log_prob.detach().numpy() if log_prob.requires_grad else log_prob.numpy()
         else:
             self._stage_row(2, "log_prob", log_prob)
-        if check_values and not math.isfinite(np.dot(self._stage_flat, self._stage_flat)):
+        if check_values and not math.isfinite(np.vdot(self._stage_flat, self._stage_flat)):
             self._check_finite()  # not finite, or a sum of squares past float32's range: find out which
         masks: Any = True
         if action_masks is not None:
@@ -134,8 +135,9 @@ class StepReader:
         arrays += [action, reward_row, start, value_row, log_prob_row, masks]
         return arrays
 
-    def _observation(self, index: int, item: Any) -> np.ndarray:
-        """The slow path of one observation leaf: converted, reshaped, or refused naming it."""
+    def _observation(self, index: int, item: Any, check_values: bool) -> np.ndarray:
+        """The slow path of one observation leaf: converted, reshaped, checked to fit (with ``check_values``),
+        or refused naming it."""
         where = _observation_name(self.obs_paths[index])
         slot = self.obs_slots[index]
         array = self._host(where, item)
@@ -149,6 +151,8 @@ class StepReader:
                 )
         if array.dtype.kind not in _NUMERIC:
             raise ValueError(f"{where} has dtype {array.dtype}; observations must be numbers (bool, int or float).")
+        if check_values and array.dtype is not self.obs_dtypes[index]:
+            self._check_fits(index, array)
         return array
 
     def _check_fits(self, index: int, array: np.ndarray) -> None:
