@@ -132,6 +132,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         self.gae_method: GaeMethod = gae_method
         self._storage_kind: st.StorageKind = storage
         self._memmap_dir = memmap_dir
+        self._allocate()
         self.reset()
 
     # ----------------------------------------------------------------------------------------- layout
@@ -159,8 +160,6 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
             MultiBinary).
         """
         self.mask_dims = mask_spec(self.action_space).size
-        if getattr(self, "_rollout", None) is None:
-            self._allocate()
         BaseBuffer.reset(self)  # pos = 0, full = False
 
     def _allocate(self) -> None:
