@@ -2,8 +2,8 @@
 
 Prints microseconds per call (best of 5 repeats of 20000 calls, one torch thread) of the two ways to do each of:
 float32 masks from a ``(64, 128)`` bool minibatch (``torchrl_mask.sb3_arrays.float_masks``), and one step's write
-of 8 envs into a ``(8, 2048, 8)`` float32 leaf (``torchrl_mask.rollout.Rollout.write_step``). Figures go to
-docs/benchmarks.md, section "Why the code does it this way".
+of 8 envs into a ``(8, 2048, 8)`` float32 leaf (``torchrl_mask.tensordict_rollout.TensorDictRollout.write_step``).
+Figures go to docs/benchmarks.md, section "Why the code does it this way".
 """
 
 from __future__ import annotations

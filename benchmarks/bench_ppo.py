@@ -1,12 +1,24 @@
-"""End-to-end ``learn`` time of sb3-contrib's MaskablePPO against torchrl_mask's, on a Dict-observation masked env.
+"""End-to-end ``learn`` time of sb3-contrib's MaskablePPO against torchrl_mask's, on masked envs.
 
-Both run in this process on identical env stacks and hyper-parameters, alternating which goes first each round
-(ABBA), so that drift in machine load hits both alike. Reported: the median seconds per ``learn`` call of each,
-split into rollout collection (``collect_rollouts``) and the rest (mostly ``train``), and the ratio
-torchrl_mask / sb3-contrib (below 1 means torchrl_mask is faster). The two runs of a round use one seed, so they
-learn the same parameters; the benchmark checks that too, so it never times two different computations.
+Workloads (``--workloads``):
 
-Run: ``python benchmarks/bench_ppo.py`` (about two minutes); ``--help`` for the knobs.
+- ``dict-dummy``: ``DummyVecEnv`` of 8 envs, Dict observations (``MultiInputPolicy``), Discrete actions;
+- ``subproc``: ``SubprocVecEnv`` of 4 worker processes, the same env;
+- ``multidiscrete``: ``DummyVecEnv`` of 8 envs, MultiDiscrete actions and observations (``MlpPolicy``).
+
+The env is sb3-contrib's ``InvalidActionEnvDiscrete``/``InvalidActionEnvMultiDiscrete`` (a random state each
+step, some actions masked out), truncated by ``TimeLimit`` (which exercises the value bootstrap). Its masks come
+from an ``action_masks()`` method computed with numpy (``--env-masks numpy``, as a real env would) or from the
+test env's own Python loop (``--env-masks python``, 20 us an env per call), the same masks either way.
+
+Both libraries run in this process on identical env stacks and hyper-parameters, alternating which goes first
+each round (ABBA), so that drift in machine load hits both alike. Reported per workload: the median seconds per
+``learn`` call of each, split into rollout collection and the rest (mostly ``train``), and the median of the
+per-round speed-ups (sb3-contrib time / torchrl_mask time; above 1 means torchrl_mask is faster). The two runs of
+a round use one seed and torchrl_mask uses ``gae_method="loop"``, so they must learn bit-identical parameters;
+the benchmark checks that, so it never times two different computations.
+
+Run: ``python benchmarks/bench_ppo.py`` (a few minutes); ``--help`` for the knobs.
 """
 
 from __future__ import annotations
@@ -23,15 +35,21 @@ import torch
 from gymnasium import spaces
 from gymnasium.wrappers import TimeLimit
 from sb3_contrib import MaskablePPO as SB3ContribMaskablePPO
-from sb3_contrib.common.envs import InvalidActionEnvDiscrete
+from sb3_contrib.common.envs import InvalidActionEnvDiscrete, InvalidActionEnvMultiDiscrete
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from torchrl_mask import MaskablePPO
 
 ALGORITHMS: dict[str, type[SB3ContribMaskablePPO]] = {
     "sb3-contrib": SB3ContribMaskablePPO,
     "torchrl_mask": MaskablePPO,
+}
+# name: (VecEnv class, number of envs, Dict observations, MultiDiscrete actions)
+WORKLOADS: dict[str, tuple[type[VecEnv], int, bool, bool]] = {
+    "dict-dummy": (DummyVecEnv, 8, True, False),
+    "subproc": (SubprocVecEnv, 4, True, False),
+    "multidiscrete": (DummyVecEnv, 8, False, True),
 }
 
 
@@ -60,25 +78,50 @@ class BoardObservation(gym.ObservationWrapper):
         return {"state": state, "board": board}
 
 
-def make_vec_env(n_envs: int, dim: int, n_invalid: int, episode_steps: int) -> DummyVecEnv:
-    """``n_envs`` masked Dict-observation envs, truncated by ``TimeLimit`` after ``episode_steps`` steps.
+class NumpyMasks(gym.Wrapper):
+    """``action_masks()`` of sb3-contrib's invalid-action test envs computed with numpy: the same mask as their
+    own method, at the cost a real env's mask has."""
 
-    :param n_envs: number of envs in the DummyVecEnv.
-    :param dim: actions (and states) of the underlying ``InvalidActionEnvDiscrete``.
-    :param n_invalid: actions masked out at each step.
-    :param episode_steps: ``TimeLimit`` length; truncations exercise the value bootstrap.
+    def action_masks(self) -> np.ndarray:
+        inner: Any = self.env.unwrapped
+        mask = np.ones(len(inner.possible_actions), bool)
+        mask[np.asarray(inner.invalid_actions, dtype=np.int64)] = False
+        return mask
+
+
+def make_vec_env(workload: str, args: argparse.Namespace) -> VecEnv:
+    """The workload's VecEnv: masked envs truncated by ``TimeLimit`` after ``args.episode_steps`` steps.
+
+    :param workload: a key of :data:`WORKLOADS`.
+    :param args: the parsed command line (``dim``, ``n_invalid``, ``episode_steps``, ``env_masks``).
     :return: the vectorized env.
     """
+    vec_cls, n_envs, dict_obs, multi = WORKLOADS[workload]
 
     def factory(index: int) -> Callable[[], gym.Env]:
         def make() -> gym.Env:
-            env = InvalidActionEnvDiscrete(dim=dim, ep_length=10 * episode_steps, n_invalid_actions=n_invalid)
+            # The test envs draw masks from numpy's global generator: seeded here for worker processes (the
+            # model's seed reseeds it in this process), so that both libraries see the same envs.
+            np.random.seed(1000 + index)
+            env: gym.Env
+            if multi:
+                env = InvalidActionEnvMultiDiscrete(
+                    dims=[args.dim // 4] * 4, ep_length=10 * args.episode_steps, n_invalid_actions=args.n_invalid // 2
+                )
+            else:
+                env = InvalidActionEnvDiscrete(
+                    dim=args.dim, ep_length=10 * args.episode_steps, n_invalid_actions=args.n_invalid
+                )
             env.action_space.seed(1000 + index)  # the env samples its states from its own action space
-            return TimeLimit(BoardObservation(env), max_episode_steps=episode_steps)
+            if dict_obs:
+                env = BoardObservation(env)
+            if args.env_masks == "numpy":
+                env = NumpyMasks(env)
+            return TimeLimit(env, max_episode_steps=args.episode_steps)
 
         return make
 
-    return DummyVecEnv([factory(i) for i in range(n_envs)])
+    return vec_cls([factory(i) for i in range(n_envs)])
 
 
 class _PhaseTimer(BaseCallback):
@@ -99,102 +142,124 @@ class _PhaseTimer(BaseCallback):
         return True
 
 
-def time_learn(name: str, args: argparse.Namespace) -> tuple[float, float, float, dict[str, torch.Tensor]]:
-    """Build one model and time one ``learn`` call.
+def time_learn(
+    name: str, workload: str, args: argparse.Namespace
+) -> tuple[float, float, float, dict[str, torch.Tensor]]:
+    """Build one model on a fresh VecEnv and time one ``learn`` call.
 
     :param name: a key of :data:`ALGORITHMS`.
+    :param workload: a key of :data:`WORKLOADS`.
     :param args: the parsed command line.
-    :return: wall seconds in ``learn``, wall seconds of it in ``collect_rollouts``, CPU seconds of this process
-        in ``learn`` (less sensitive than wall time to other load on a shared machine), the learned parameters.
+    :return: wall seconds in ``learn``, wall seconds of it in ``collect_rollouts``, CPU seconds of this process in
+        ``learn`` (less sensitive than wall time to other load on a shared machine; without the workers' time),
+        the learned parameters.
     """
-    env = make_vec_env(args.n_envs, args.dim, args.n_invalid, args.episode_steps)
-    model = ALGORITHMS[name](
-        "MultiInputPolicy",
-        env,
-        n_steps=args.n_steps,
-        batch_size=args.batch_size,
-        n_epochs=args.n_epochs,
-        seed=args.seed,
-        policy_kwargs={"net_arch": [64, 64]},
-        device="cpu",
-    )
-    timer = _PhaseTimer()
-    start, cpu_start = time.perf_counter(), time.process_time()
-    model.learn(args.timesteps, callback=timer)
-    total, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    env = make_vec_env(workload, args)
+    try:
+        extra = {"rollout_buffer_kwargs": {"gae_method": "loop"}} if name == "torchrl_mask" else {}
+        model = ALGORITHMS[name](
+            "MultiInputPolicy" if WORKLOADS[workload][2] else "MlpPolicy",
+            env,
+            n_steps=args.n_steps,
+            batch_size=args.batch_size,
+            n_epochs=args.n_epochs,
+            seed=args.seed,
+            policy_kwargs={"net_arch": [64, 64]},
+            device="cpu",
+            **extra,
+        )
+        timer = _PhaseTimer()
+        start, cpu_start = time.perf_counter(), time.process_time()
+        model.learn(args.timesteps, callback=timer)
+        total, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    finally:
+        env.close()
     return total, timer.rollout_s, cpu, {k: v.detach().clone() for k, v in model.policy.state_dict().items()}
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds per library (after one warm-up)")
     parser.add_argument("--timesteps", type=int, default=4096, help="total_timesteps of each learn call")
-    parser.add_argument("--n-envs", type=int, default=4)
     parser.add_argument("--n-steps", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--n-epochs", type=int, default=4)
     parser.add_argument("--dim", type=int, default=40, help="actions of the masked env")
     parser.add_argument("--n-invalid", type=int, default=25, help="actions masked out at each step")
     parser.add_argument("--episode-steps", type=int, default=50, help="TimeLimit truncation length")
+    parser.add_argument("--env-masks", choices=("numpy", "python"), default="numpy", help="how the env builds masks")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for both")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark and print medians and the ratio.
+def run_workload(workload: str, args: argparse.Namespace) -> bool:
+    """Time one workload in paired rounds and print its line.
 
-    :param argv: command-line arguments (``sys.argv[1:]`` when None).
-    :return: 0 on success; 1 if the two libraries learned different parameters (the timings would compare
-        different work).
+    :param workload: a key of :data:`WORKLOADS`.
+    :param args: the parsed command line.
+    :return: False if the two libraries learned different parameters (the timings would compare different work).
     """
-    args = _parse(argv)
-    torch.set_num_threads(args.threads)
-    print(
-        f"MaskablePPO learn({args.timesteps}) on a Dict-observation masked env: n_envs={args.n_envs}, "
-        f"n_steps={args.n_steps}, batch_size={args.batch_size}, n_epochs={args.n_epochs}, dim={args.dim}, "
-        f"n_invalid={args.n_invalid}, TimeLimit={args.episode_steps}, torch threads={args.threads}, "
-        f"rounds={args.rounds}"
-    )
     names = list(ALGORITHMS)
     for name in names:  # warm-up: imports, allocator, first-call overheads
-        time_learn(name, args)
+        time_learn(name, workload, args)
     totals: dict[str, list[float]] = {name: [] for name in names}
     rollouts: dict[str, list[float]] = {name: [] for name in names}
     cpus: dict[str, list[float]] = {name: [] for name in names}
     for round_ in range(args.rounds):
-        order = names if round_ % 2 == 0 else names[::-1]
         params = {}
-        for name in order:
-            total, rollout, cpu, params[name] = time_learn(name, args)
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            total, rollout, cpu, params[name] = time_learn(name, workload, args)
             totals[name].append(total)
             rollouts[name].append(rollout)
             cpus[name].append(cpu)
         for key, ref in params["sb3-contrib"].items():
-            if not torch.allclose(params["torchrl_mask"][key], ref, rtol=1e-5, atol=1e-5):
-                print(f"FAIL: the two libraries learned different {key!r}; the timings compare different work.")
-                return 1
-
-    print(f"{'':14s} {'learn s':>9s} {'rollout s':>10s} {'rest s':>8s} {'cpu s':>8s}   (medians of {args.rounds})")
-    median: dict[str, tuple[float, float]] = {}
-    for name in names:
-        total, rollout = statistics.median(totals[name]), statistics.median(rollouts[name])
-        median[name] = (total, rollout)
-        print(f"{name:14s} {total:9.3f} {rollout:10.3f} {total - rollout:8.3f} {statistics.median(cpus[name]):8.3f}")
-    (ref_total, ref_rollout), (our_total, our_rollout) = median["sb3-contrib"], median["torchrl_mask"]
-    print(
-        f"ratio of medians, torchrl_mask / sb3-contrib: learn {our_total / ref_total:.3f}, rollout "
-        f"{our_rollout / ref_rollout:.3f}, rest {(our_total - our_rollout) / (ref_total - ref_rollout):.3f}"
-    )
+            if not torch.equal(params["torchrl_mask"][key], ref):
+                print(
+                    f"FAIL {workload}: the two libraries learned different {key!r}; the timings compare different work."
+                )
+                return False
+    ref, ours = (totals[name] for name in names)
     # The two runs of a round share the machine's load of the moment: their ratio cancels most of it.
-    paired = [ours / ref for ours, ref in zip(totals["torchrl_mask"], totals["sb3-contrib"], strict=True)]
-    paired_cpu = [ours / ref for ours, ref in zip(cpus["torchrl_mask"], cpus["sb3-contrib"], strict=True)]
+    speedups = [r / o for r, o in zip(ref, ours, strict=True)]
+    rollout_speedups = [r / o for r, o in zip(*(rollouts[name] for name in names), strict=True)]
+    rest = {name: [t - r for t, r in zip(totals[name], rollouts[name], strict=True)] for name in names}
+    rest_speedups = [r / o for r, o in zip(*(rest[name] for name in names), strict=True)]
+    cpu_speedups = [r / o for r, o in zip(*(cpus[name] for name in names), strict=True)]
+    share = statistics.median(rollouts["sb3-contrib"]) / statistics.median(ref)
     print(
-        f"median of per-round learn ratios: wall {statistics.median(paired):.3f} "
-        f"(min {min(paired):.3f}, max {max(paired):.3f}), cpu {statistics.median(paired_cpu):.3f} "
-        f"(min {min(paired_cpu):.3f}, max {max(paired_cpu):.3f}); below 1: torchrl_mask is faster"
+        f"{workload:14s} {statistics.median(ref):8.3f} {statistics.median(ours):8.3f} "
+        f"{statistics.median(speedups):7.2f}x ({min(speedups):.2f}-{max(speedups):.2f}) "
+        f"{statistics.median(rollout_speedups):8.2f}x {statistics.median(rest_speedups):6.2f}x {share:6.0%} "
+        f"{statistics.median(cpu_speedups):6.2f}x"
     )
-    return 0
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print, per workload, medians and the median paired speed-up.
+
+    :param argv: command-line arguments (``sys.argv[1:]`` when None).
+    :return: 0 on success; 1 if the two libraries learned different parameters.
+    """
+    args = _parse(argv)
+    torch.set_num_threads(args.threads)
+    print(
+        f"MaskablePPO learn({args.timesteps}): n_steps={args.n_steps}, batch_size={args.batch_size}, "
+        f"n_epochs={args.n_epochs}, dim={args.dim}, n_invalid={args.n_invalid}, TimeLimit={args.episode_steps}, "
+        f"env masks={args.env_masks}, torch threads={args.threads}, rounds={args.rounds} (+1 warm-up)"
+    )
+    print(
+        f"{'workload':14s} {'sb3c s':>8s} {'ours s':>8s} {'speed-up (min-max)':>20s} "
+        f"{'rollout':>9s} {'rest':>7s} {'share':>6s} {'cpu':>7s}"
+    )
+    ok = all([run_workload(workload, args) for workload in args.workloads])
+    print(
+        "speed-ups: medians of per-round sb3-contrib time / torchrl_mask time (all of learn, its rollouts, the "
+        "rest: train, and this process's CPU time in learn); share: the rollouts' part of sb3-contrib's learn"
+    )
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

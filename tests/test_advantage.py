@@ -178,3 +178,30 @@ def test_a_storage_minibatch_feeds_torchrls_clip_ppo_loss_under_its_default_keys
     out = loss(minibatch)
     torch.testing.assert_close(out["loss_objective"], -minibatch["advantage"].mean())
     assert torch.isfinite(out["loss_critic"])
+
+
+@pytest.mark.parametrize("pattern", ["none", "uniform", "mixed", "random"])
+def test_extend_a_collector_batch_with_truncations_by_every_route(pattern):
+    # The collector path: ("next", "done") and ("next", "terminated") apart, GAE computed inside extend().
+    ref, ours = make_pair(OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], buffer_size=64, n_envs=3)
+    fill_pair(ref, ours, seed=5)
+    batch = ours.tensordict.clone()
+    x = random_rollout(3, 64, pattern, seed=len(pattern))
+    batch["next", "done"], batch["next", "terminated"] = x["done"], x["terminated"]
+    batch["next", "state_value"] = x["next_value"]
+    batch["is_init"] = torch.zeros_like(x["done"])
+    batch["is_init"][:, 1:] = x["done"][:, :-1]
+    results = {}
+    for method in ("exact", "fast", "loop"):
+        buf = type(ours)(64, ours.observation_space, ours.action_space, "cpu", 0.95, 0.99, 3, gae_method=method)
+        buf.extend(batch, observation_keys=[("observation", key) for key in buf.observation_space.spaces])
+        results[method] = (buf.tensordict["advantage"], buf.tensordict["value_target"])
+    expected = generalized_advantage(
+        batch["next", "reward"], batch["state_value"], x["next_value"], x["done"], 0.99, 0.95,
+        method="loop", terminated=x["terminated"],
+    )  # fmt: skip
+    for ours_tensor, ref_tensor in zip(results["exact"] + results["loop"], expected + expected, strict=True):
+        assert np.array_equal(bits(ours_tensor), bits(ref_tensor))
+    scale = expected[0].abs().max().item()
+    for ours_tensor, ref_tensor in zip(results["fast"], expected, strict=True):
+        torch.testing.assert_close(ours_tensor, ref_tensor, rtol=1e-5, atol=1e-5 * scale)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -31,6 +32,8 @@ BAD_INPUT = {
     "unknown_device": (["train", "--device", "banana"], "use cpu, cuda, cuda:0, mps or auto"),
     "unknown_option": (["train", "--bogus"], "unrecognized arguments: --bogus; see `torchrl-mask train --help`"),
     "output_is_a_file": (["train", "--out", "pyproject.toml"], "--out pyproject.toml is a file; pass a folder"),
+    "output_under_a_file": (["train", "--out", "pyproject.toml/run"], "pyproject.toml, which is a file; pass a"),
+    "output_under_proc": (["train", "--out", "/proc/torchrl_mask/run"], "cannot create a folder in /proc"),
 }
 
 # An env module a user might register: one env with sb3-contrib's action_masks() method, one with the mask
@@ -197,6 +200,27 @@ def test_train_from_a_multiprocess_torchrl_collector(tmp_path: Path) -> None:
     assert json.loads((out / "evaluation.json").read_text())["config"]["collector"] == "multisync"
     with Image.open(out / "learning_curve.png") as image:
         assert image.size[0] >= 800
+
+
+def test_output_into_a_read_only_folder_is_one_line_exit_2_and_writes_nothing() -> None:
+    # root writes through permission bits: as root the command runs as nobody, as an unprivileged user would.
+    as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+    with tempfile.TemporaryDirectory() as parent:
+        os.chmod(parent, 0o755)
+        read_only = Path(parent) / "read_only"
+        read_only.mkdir(mode=0o555)
+        out = read_only / "run"
+        run = subprocess.run(
+            [*as_user, sys.executable, "-m", "torchrl_mask", "train", *TINY, "--out", str(out)],
+            cwd=REPO, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert run.returncode == 2, run.stderr
+        assert run.stderr.strip().splitlines() == [
+            f"torchrl-mask: error: --out {out}: cannot create a folder in {read_only} (Permission denied); "
+            "pass a folder you can write to."
+        ]
+        assert run.stdout == ""
+        assert list(read_only.iterdir()) == []
 
 
 def test_console_script_and_module_both_show_help() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import itertools
 import os
 import re
 import subprocess
@@ -33,7 +34,8 @@ DEVELOPER_MODULES = {
     "cli",
     "minibatches",
     "observations",
-    "rollout",
+    "tensordict_rollout",
+    "rollouts",
     "sb3_arrays",
     "steps",
     "training",
@@ -265,7 +267,7 @@ def _allowed_actions(act_space: spaces.Space, masks: np.ndarray) -> np.ndarray:
     from torchrl_mask.masks import mask_spec
 
     bounds = np.cumsum((0, *mask_spec(act_space).groups))
-    return np.array([[int(np.argmax(row[a:b])) for a, b in zip(bounds[:-1], bounds[1:])] for row in masks])
+    return np.array([[int(np.argmax(row[a:b])) for a, b in itertools.pairwise(bounds)] for row in masks])
 
 
 def _collector(obs_space: spaces.Space, act_space: spaces.Space, convention: str) -> None:

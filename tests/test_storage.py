@@ -76,7 +76,7 @@ def test_minibatches_are_identical_whichever_gather_path_is_taken(monkeypatch, t
     )
     fill_pair(ref, ours, seed=1)
     # On the host get() gathers with numpy; "torch" takes the accelerator's path (index_select) on the CPU.
-    ours._host = gather == "numpy"
+    ours._rollout.host = gather == "numpy"
     assert_same_epochs(ref, ours, batch_size=4, seed=2)
 
 
@@ -111,3 +111,75 @@ def test_cuda_storage_never_leaves_the_device_and_matches_sb3_contrib():
     our_batch = next(ours.get(5))
     assert our_batch.actions.device.type == "cuda"
     torch.testing.assert_close(our_batch.returns.cpu(), ref_batch.returns, rtol=1e-5, atol=1e-5)
+
+
+def test_two_buffers_given_the_same_memmap_dir_never_share_files(tmp_path):
+    small = MaskableRolloutBuffer(4, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu", n_envs=2,
+                                  storage="memmap", memmap_dir=tmp_path)  # fmt: skip
+    large = MaskableRolloutBuffer(6, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu", n_envs=3,
+                                  storage="memmap", memmap_dir=tmp_path)  # fmt: skip
+    ref, _ = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], buffer_size=4, n_envs=2)
+    fill_pair(ref, small, seed=0)
+    before = small.tensordict.clone()
+    large.tensordict.apply_(lambda tensor: tensor.fill_(1))
+    assert (small.tensordict == before).all()
+    assert small.tensordict.saved_path != large.tensordict.saved_path
+
+
+def test_a_memmap_folder_goes_with_its_buffer_and_a_named_folder_stays(tmp_path):
+    import gc
+
+    buf = MaskableRolloutBuffer(4, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu", n_envs=2,
+                                storage="memmap", memmap_dir=tmp_path / "rollouts")  # fmt: skip
+    (tmp_path / "rollouts" / "mine.txt").write_text("the user's")
+    (folder,) = [path for path in (tmp_path / "rollouts").iterdir() if path.is_dir()]
+    assert any(folder.rglob("*.memmap"))
+    del buf
+    gc.collect()
+    assert not folder.exists()
+    assert [path.name for path in (tmp_path / "rollouts").iterdir()] == ["mine.txt"]
+
+
+def test_default_memmap_folders_are_removed_at_exit_also_after_maskableppo_load(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import sys
+        import gymnasium as gym
+        from torchrl_mask import MaskablePPO
+
+        kwargs = {"storage": "memmap"}
+        model = MaskablePPO("MlpPolicy", gym.make("Taxi-v4"), n_steps=16, rollout_buffer_kwargs=kwargs)
+        model.save(sys.argv[1])
+        loaded = [MaskablePPO.load(sys.argv[1]) for _ in range(2)]  # kept alive until the interpreter exits
+        print(sum(m.rollout_buffer.tensordict.is_memmap() for m in (model, *loaded)))
+        """
+    )
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    run = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "model.zip")],
+        env={**os.environ, "TMPDIR": str(temp)}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["3"]
+    assert [path.name for path in temp.iterdir() if path.name.startswith("torchrl_mask")] == []
+
+
+@pytest.mark.parametrize("storage", ["memory", "memmap"])
+def test_new_storage_is_zero_with_all_allowed_masks_as_sb3_contribs_reset_leaves_it(storage, tmp_path):
+    garbage = torch.full((1 << 20,), 7, dtype=torch.uint8)  # freed memory a new allocation may reuse
+    del garbage
+    buf = MaskableDictRolloutBuffer(5, OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], "cpu", n_envs=3,
+                                    storage=storage, memmap_dir=tmp_path)  # fmt: skip
+    ref, _ = make_pair(OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], buffer_size=5, n_envs=3)
+    masks = buf.tensordict.get("action_mask")
+    assert masks.all()
+    np.testing.assert_array_equal(buf.action_masks, ref.action_masks)
+    for key, leaf in buf.tensordict.items(include_nested=True, leaves_only=True):
+        if key != "action_mask":
+            assert not leaf.any(), key

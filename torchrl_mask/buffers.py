@@ -41,8 +41,8 @@ from tensordict.utils import NestedKey
 from torchrl_mask import storage as st
 from torchrl_mask.advantage import GaeMethod, resolve_gae_method
 from torchrl_mask.masks import mask_spec
-from torchrl_mask.rollout import Rollout
 from torchrl_mask.sb3_arrays import ArrayLike, SB3Array, float_masks, to_numpy
+from torchrl_mask.tensordict_rollout import TensorDictRollout
 
 __all__ = [
     "MaskableDictRolloutBuffer",
@@ -53,7 +53,7 @@ __all__ = [
 
 
 class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
-    """Rollout buffer for maskable on-policy algorithms (MaskablePPO), stored in a TensorDict.
+    """TensorDictRollout buffer for maskable on-policy algorithms (MaskablePPO), stored in a TensorDict.
 
     It holds ``buffer_size`` steps of ``n_envs`` envs collected with the current policy, with each step's
     action mask, and is discarded after the policy update. Drop-in for sb3-contrib's buffer of the same
@@ -79,7 +79,8 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         default; False skips these checks (shapes and dtypes are always checked).
     :param storage: ``"memory"`` (tensors on ``device``) or ``"memmap"`` (memory-mapped files on the host,
         for rollouts larger than RAM).
-    :param memmap_dir: folder for the memmap files; a temporary folder when None.
+    :param memmap_dir: folder in which the rollout gets a memmap folder of its own, removed with the buffer;
+        the system's temporary folder when None.
     :param gae_method: how GAE is computed (:mod:`torchrl_mask.advantage`): ``"auto"`` (``"exact"`` on the CPU,
         bit-identical to sb3-contrib's; ``"fast"`` on an accelerator), ``"exact"``, ``"fast"`` (blocked, equal to
         about 1e-6 relative), or TorchRL's own ``"loop"`` and ``"vec"`` estimators.
@@ -88,7 +89,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     """
 
     _samples_type: type = MaskableRolloutBufferSamples
-    _rollout: Rollout
+    _rollout: TensorDictRollout
 
     observations = SB3Array(st.OBSERVATION)
     actions = SB3Array(st.ACTION, layout="rows")
@@ -172,7 +173,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
             storage=self._storage_kind,
             memmap_dir=self._memmap_dir,
         )
-        self._rollout = Rollout(tensordict, self.observation_space, self.action_space)
+        self._rollout = TensorDictRollout(tensordict, self.observation_space, self.action_space)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -363,7 +364,8 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         yield from map(self._samples_type, self._rollout.layout.column(columns[:n_obs]), *columns[n_obs:])
 
     def _samples_from_rows(self, *rows: torch.Tensor) -> Any:
-        """The namedtuple of one minibatch's rows, given in :meth:`torchrl_mask.rollout.Rollout.flat_leaves` order."""
+        """The namedtuple of one minibatch's rows, in the order of
+        :meth:`torchrl_mask.tensordict_rollout.TensorDictRollout.flat_leaves`."""
         n_obs = len(self._rollout.observations)
         return self._samples_type(self._rollout.layout.pack(rows[:n_obs]), *rows[n_obs:])
 
@@ -398,7 +400,8 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
     :param check_masks: check in ``add()`` that each mask row (each sub-action group) allows an action.
     :param check_values: check values in ``add()`` and ``extend()`` (see :class:`MaskableRolloutBuffer`).
     :param storage: ``"memory"`` or ``"memmap"``.
-    :param memmap_dir: folder for the memmap files; a temporary folder when None.
+    :param memmap_dir: folder in which the rollout gets a memmap folder of its own, removed with the buffer;
+        the system's temporary folder when None.
     :param gae_method: ``"auto"``, ``"exact"``, ``"fast"``, ``"loop"`` or ``"vec"``
         (see :class:`MaskableRolloutBuffer`).
     :raises TypeError: an action space that cannot be masked, or an observation space that is not a Dict.

@@ -5,7 +5,9 @@
   through :class:`ActionMaskInObservation` (:class:`ActionMaskInInfo` puts the mask in ``info`` instead, for
   gymnasium code that reads it there);
 - a TorchRL env that already writes ``"action_mask"``: as it is (rename another key with TorchRL's
-  ``RenameTransform``).
+  ``RenameTransform``);
+- an SB3 ``DummyVecEnv`` or ``SubprocVecEnv`` (``MaskablePPO``'s fast rollouts): :func:`vec_env_masks` resolves
+  the convention once per VecEnv and reads each step's masks without an ``env_method`` round trip.
 
 Example:
     >>> import gymnasium as gym
@@ -17,19 +19,29 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Literal, SupportsFloat
+from typing import Any, Literal, SupportsFloat, cast
 
 import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
+from sb3_contrib.common.maskable.utils import EXPECTED_METHOD_NAME, is_masking_supported
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
+from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 from torchrl.data import Binary
 from torchrl.envs import Compose, EnvBase, GymWrapper, InitTracker, RewardSum, StepCounter, TransformedEnv
 
 from torchrl_mask import storage as st
 from torchrl_mask.masks import mask_spec
 
-__all__ = ["ActionMaskInInfo", "ActionMaskInObservation", "MaskSource", "masked_gym_env"]
+__all__ = [
+    "ActionMaskInInfo",
+    "ActionMaskInObservation",
+    "MaskSource",
+    "VecEnvMasks",
+    "masked_gym_env",
+    "vec_env_masks",
+]
 
 MaskSource = Literal["auto", "method", "info", "observation"]
 ACTION_MASK = st.ACTION_MASK
@@ -202,3 +214,104 @@ def masked_gym_env(
     if episode_stats:
         transforms += [RewardSum(), StepCounter()]
     return TransformedEnv(wrapped, Compose(*transforms)) if transforms else wrapped
+
+
+class VecEnvMasks:
+    """Each step's action masks of a ``DummyVecEnv`` or ``SubprocVecEnv``, read where the envs keep them.
+
+    :meth:`step` steps the VecEnv and :meth:`masks` gives the masks of an observation it returned,
+    ``(n_envs, mask_dims)`` as the envs give them, with no ``env_method`` round trip per step:
+
+    - ``"method"`` (sb3-contrib's ``action_masks()``, found through wrappers as ``env_method`` finds it): in a
+      ``DummyVecEnv`` each env's bound method is resolved once and called directly; in a ``SubprocVecEnv`` the
+      ``env_method`` request is sent to each worker right behind its step request, on the same pipe, so the
+      worker answers both in one go and the learner waits once. This uses the message that SB3's own
+      ``SubprocVecEnv.env_method`` sends, and no worker-side code: it works with any env the workers run;
+    - ``"observation"``: the ``key`` entry of the Dict observation (which stays in the observation);
+    - ``"info"``: ``infos[i][key]``, or the reset info where the step ended an episode (the mask belongs to
+      the reset observation).
+
+    Masks are tied to the observation object they belong to; for an observation this object did not return
+    (a fresh ``env.reset()``), they are read from the envs (method), the observation, or the reset infos.
+
+    :param env: the VecEnv (exactly a ``DummyVecEnv`` or ``SubprocVecEnv``).
+    :param source: ``"method"``, ``"observation"`` or ``"info"``, see :func:`vec_env_masks`.
+    :param key: the mask's name in the Dict observation or the infos.
+    """
+
+    def __init__(self, env: VecEnv, source: Literal["method", "info", "observation"], key: str = ACTION_MASK):
+        self.env = env
+        self.source = source
+        self.key = key
+        self._methods = (
+            [gym_env.get_wrapper_attr(EXPECTED_METHOD_NAME) for gym_env in env.envs]
+            if source == "method" and isinstance(env, DummyVecEnv)
+            else None
+        )
+        self._pipelined = source == "method" and isinstance(env, SubprocVecEnv)
+        self._last: tuple[Any, np.ndarray | None] = (None, None)  # (observation, its masks) from the last step
+
+    def masks(self, obs: VecEnvObs) -> np.ndarray:
+        """The masks of ``obs`` (the last observation :meth:`step` returned, or a reset's), ``(n_envs, ...)``."""
+        if self.source == "observation":
+            return cast(dict[str, np.ndarray], obs)[self.key]
+        last_obs, last_masks = self._last
+        if last_obs is obs and last_masks is not None:
+            return last_masks
+        if self._methods is not None:
+            return np.stack([method() for method in self._methods])
+        if self.source == "method":
+            return np.stack(self.env.env_method(EXPECTED_METHOD_NAME))
+        return self._from_infos(self.env.reset_infos, np.ones(self.env.num_envs, bool), self.env.reset_infos)
+
+    def step(self, actions: np.ndarray) -> VecEnvStepReturn:
+        """``env.step(actions)``, keeping the masks of the returned observation for :meth:`masks`."""
+        env = self.env
+        env.step_async(actions)
+        if self._pipelined:
+            request: tuple[str, Any] = ("env_method", (EXPECTED_METHOD_NAME, (), {}))
+            for remote in cast(SubprocVecEnv, env).remotes:
+                remote.send(request)
+        new_obs, rewards, dones, infos = env.step_wait()
+        masks = None
+        if self._pipelined:
+            masks = np.stack([remote.recv() for remote in cast(SubprocVecEnv, env).remotes])
+        elif self.source == "info":
+            masks = self._from_infos(infos, dones, env.reset_infos)
+        self._last = (new_obs, masks)
+        return new_obs, rewards, dones, infos
+
+    def _from_infos(self, infos: Any, dones: np.ndarray, reset_infos: list[dict[str, Any]]) -> np.ndarray:
+        """Each env's mask from its step info, or from its reset info where ``dones`` (auto-reset)."""
+        rows = []
+        for i, info in enumerate(infos):
+            where = reset_infos[i] if dones[i] else info
+            if self.key not in where:
+                raise ValueError(
+                    f"Env {i}'s {'reset ' if dones[i] else ''}info has no {self.key!r} entry (keys: {sorted(where)}): "
+                    "give every info the mask, or give the env an action_masks() method (sb3-contrib's ActionMasker)."
+                )
+            rows.append(where[self.key])
+        return np.stack(rows)
+
+
+def vec_env_masks(env: VecEnv, key: str = ACTION_MASK) -> VecEnvMasks | None:
+    """Resolve, once, where the envs of a ``DummyVecEnv`` or ``SubprocVecEnv`` keep their masks.
+
+    In this order: an ``action_masks()`` method (what sb3-contrib reads, so it wins wherever it exists), a
+    ``key`` entry of the Dict observation space, a ``key`` entry in every reset info.
+
+    :param env: the VecEnv, just reset if the masks may be in the infos.
+    :param key: the mask's name in the observation or the infos.
+    :return: the reader, or None for another VecEnv type (a ``VecEnvWrapper`` included) or no mask found.
+    """
+    if type(env) not in (DummyVecEnv, SubprocVecEnv):
+        return None
+    if is_masking_supported(env):
+        return VecEnvMasks(env, "method", key)
+    obs_space = env.observation_space
+    if isinstance(obs_space, spaces.Dict) and key in obs_space.spaces:
+        return VecEnvMasks(env, "observation", key)
+    if all(key in info for info in env.reset_infos):
+        return VecEnvMasks(env, "info", key)
+    return None

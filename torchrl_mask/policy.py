@@ -39,6 +39,7 @@ from torch import nn
 
 from torchrl_mask import storage as st
 from torchrl_mask.masks import mask_spec
+from torchrl_mask.workers import refuse_unguarded_spawn
 
 __all__ = ["MaskablePolicyModule", "default_observation_keys"]
 
@@ -107,12 +108,20 @@ _GLOBAL_HOOKS = [getattr(nn.modules.module, f"_global_forward{kind}hooks", None)
 _LAYER_HOOKS = ("_forward_hooks", "_forward_pre_hooks")
 
 
-def _hooked(plain: _PlainLayers) -> bool:
-    """Whether a forward hook is registered on any of the layers, their containers, or globally (or whether
-    torch keeps them somewhere else than this module knows)."""
+def forward_hooked(*modules: nn.Module) -> bool:
+    """Whether a forward hook (or pre-hook) is registered globally or on any of ``modules`` itself (not its
+    children), or whether torch keeps them somewhere else than this module knows.
+
+    :param modules: the modules a path would run without ``nn.Module.__call__``.
+    """
     if any(hooks is None or hooks for hooks in _GLOBAL_HOOKS):
         return True
-    return any(getattr(module, name, True) for module in plain.watched for name in _LAYER_HOOKS)
+    return any(getattr(module, name, True) for module in modules for name in _LAYER_HOOKS)
+
+
+def _hooked(plain: _PlainLayers) -> bool:
+    """Whether a forward hook is registered on any of the layers, their containers, or globally."""
+    return forward_hooked(*plain.watched)
 
 
 def _through(layers: list[nn.Module], x: torch.Tensor) -> torch.Tensor:
@@ -120,6 +129,46 @@ def _through(layers: list[nn.Module], x: torch.Tensor) -> torch.Tensor:
     for layer in layers:
         x = layer.forward(x)
     return x
+
+
+def plain_layers(policy: MaskableActorCriticPolicy) -> _PlainLayers | None:
+    """A stock ``MlpExtractor`` and heads of torch's own layers, to run without ``nn.Module.__call__``'s dispatch
+    (half the network's time on one row), or None for anything else. Run them only while ``_hooked`` is False.
+
+    :param policy: the sb3-contrib policy.
+    """
+    extractor = policy.mlp_extractor
+    modules = [extractor.policy_net, extractor.value_net, policy.value_net, policy.action_net]
+    parts = [_sequence(module) for module in modules] if type(extractor) is MlpExtractor else [None]
+    found = [part for part in parts if part is not None]
+    if len(found) != len(modules):
+        return None
+    pi, vf, value, action = found
+    watched = tuple(dict.fromkeys([extractor, *modules, *pi, *vf, *value, *action]))
+    return _PlainLayers(pi, vf, value, action, watched)
+
+
+def values_and_logits(
+    policy: MaskableActorCriticPolicy, obs: Any, plain: _PlainLayers | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first half of ``MaskableActorCriticPolicy.forward``: features, latents, values and action logits.
+
+    :param policy: a policy whose ``forward`` is sb3-contrib's.
+    :param obs: the observation tensor(s), batch ``(B, ...)``, as ``policy.extract_features`` takes them.
+    :param plain: :func:`plain_layers` of the policy: run without module dispatch while nothing is hooked.
+    :return: values ``(B, 1)`` and the raw action logits ``(B, mask_dims)``.
+    """
+    features: Any = policy.extract_features(obs)
+    pi_features, vf_features = (features, features) if policy.share_features_extractor else features
+    if plain is not None and not _hooked(plain):
+        latent_pi, latent_vf = _through(plain.pi, pi_features), _through(plain.vf, vf_features)
+        return _through(plain.value, latent_vf), _through(plain.action, latent_pi)
+    if policy.share_features_extractor:
+        latent_pi, latent_vf = policy.mlp_extractor(features)
+    else:
+        latent_pi = policy.mlp_extractor.forward_actor(pi_features)
+        latent_vf = policy.mlp_extractor.forward_critic(vf_features)
+    return policy.value_net(latent_vf), policy.action_net(latent_pi)
 
 
 class _SB3Forward(nn.Module):
@@ -163,21 +212,7 @@ class _SB3Forward(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``MaskableActorCriticPolicy.forward``: actions ``(B, n_groups)``, values ``(B, 1)``, log-probs ``(B,)``."""
         policy = self.policy
-        features: Any = policy.extract_features(obs)
-        pi_features, vf_features = (features, features) if policy.share_features_extractor else features
-        plain = self._plain_layers()
-        if plain is not None and not _hooked(plain):
-            latent_pi, latent_vf = _through(plain.pi, pi_features), _through(plain.vf, vf_features)
-            values = _through(plain.value, latent_vf)
-            logits = _through(plain.action, latent_pi)
-        else:
-            if policy.share_features_extractor:
-                latent_pi, latent_vf = policy.mlp_extractor(features)
-            else:
-                latent_pi = policy.mlp_extractor.forward_actor(pi_features)
-                latent_vf = policy.mlp_extractor.forward_critic(vf_features)
-            values = policy.value_net(latent_vf)
-            logits = policy.action_net(latent_pi)
+        values, logits = values_and_logits(policy, obs, self._plain_layers())
         logits = logits.masked_fill(~mask, _MASKED_LOGIT)
         if len(self._groups) == 1:  # Discrete: no split and concatenation (a few us each on one row)
             action, log_prob = _sample(logits, mask, deterministic)
@@ -192,19 +227,9 @@ class _SB3Forward(nn.Module):
         return torch.cat(actions, dim=-1), values, torch.cat(log_probs, dim=-1).sum(-1)
 
     def _plain_layers(self) -> _PlainLayers | None:
-        """A stock ``MlpExtractor`` and heads of torch's own layers, run without ``nn.Module.__call__``'s dispatch
-        (about 5 us a layer, half the network's time on one row; measured), or None for anything else."""
+        """:func:`plain_layers` of the policy, found on the first call."""
         if self._plain is False:
-            policy = self.policy
-            extractor = policy.mlp_extractor
-            modules = [extractor.policy_net, extractor.value_net, policy.value_net, policy.action_net]
-            parts = [_sequence(module) for module in modules] if type(extractor) is MlpExtractor else [None]
-            found = [part for part in parts if part is not None]
-            self._plain = None
-            if len(found) == len(modules):
-                pi, vf, value, action = found
-                watched = tuple(dict.fromkeys([extractor, *modules, *pi, *vf, *value, *action]))
-                self._plain = _PlainLayers(pi, vf, value, action, watched)
+            self._plain = plain_layers(self.policy)
         return self._plain if isinstance(self._plain, _PlainLayers) else None
 
     def _observation(self, leaves: Sequence[torch.Tensor]) -> Any:
@@ -220,6 +245,7 @@ class _SB3Forward(nn.Module):
         # What a worker process receives: the policy without its optimizer, and with a fresh action
         # distribution (SB3 keeps the last one, whose logits carry the autograd graph of the last update and
         # cannot cross a process boundary). The learner's policy is left as it is.
+        refuse_unguarded_spawn()  # before a spawned worker is started from an unguarded script
         state = self.__dict__.copy()
         state["_plain"] = False  # found again, on the worker's own modules
         shipped = copy.copy(self.policy)

@@ -27,7 +27,9 @@ These are the keys TorchRL's ``GAE`` and ``ClipPPOLoss`` read by default.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -196,6 +198,16 @@ def allocate_rollout(
 ) -> TensorDict:
     """Allocate the rollout TensorDict of batch size ``(n_envs, buffer_size)``; see the module table.
 
+    Every entry starts at zero and every mask row all-allowed, as sb3-contrib's ``reset`` leaves its arrays.
+    In memory the zero fill also faults the pages in once, in order, rather than on the first rollout's
+    strided writes.
+
+    Memmap files are ours to clean up: each rollout gets a folder of its own, created with
+    :func:`tempfile.mkdtemp` inside ``memmap_dir`` (or the system's temporary folder), so two buffers never share
+    files even when given the same ``memmap_dir``; that folder and its files are removed when the rollout is
+    garbage-collected or the process exits. A ``memmap_dir`` chooses the disk; the folder itself and anything
+    else in it are left alone.
+
     :param buffer_size: steps per env.
     :param n_envs: number of envs.
     :param observation_space: the observation space; Dict leaves go under ``("observation", *keys)``.
@@ -203,8 +215,9 @@ def allocate_rollout(
     :param device: where the tensors live.
     :param storage: ``"memory"`` for ordinary tensors on ``device``; ``"memmap"`` for memory-mapped files
         (CPU only), for rollouts larger than RAM.
-    :param memmap_dir: folder for the memory-mapped files; a fresh temporary folder when None.
-    :return: the storage; its entries hold unspecified values until written.
+    :param memmap_dir: folder in which the rollout's own memmap folder is created; the system's temporary
+        folder when None. Created if missing.
+    :return: the storage, zero-filled, masks all True.
     :raises ValueError: memmap storage on a non-CPU device, or an unknown storage kind.
     """
     batch = (n_envs, buffer_size)
@@ -215,29 +228,49 @@ def allocate_rollout(
         raise ValueError(
             f"storage='memmap' keeps the rollout in files on the host; it needs device='cpu', not {device}."
         )
-    # torch.empty touches no page: a memmapped rollout never takes its size in RAM.
+    # On disk, torch.empty touches no page (a memmapped rollout never takes its size in RAM) and a new file
+    # reads as zeros; in memory, torch.zeros writes every page once, here rather than in the first add().
     alloc_device = torch.device("cpu") if on_disk else device
+    make = torch.empty if on_disk else torch.zeros
 
-    def empty(*shape: int, dtype: torch.dtype) -> torch.Tensor:
-        return torch.empty(*batch, *shape, dtype=dtype, device=alloc_device)
+    def leaf(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+        return make(*batch, *shape, dtype=dtype, device=alloc_device)
 
     entries: dict[NestedKey, torch.Tensor] = {}
-    for path, leaf in observation_leaves(observation_space).items():
-        entries[(OBSERVATION, *path) if path else OBSERVATION] = empty(*leaf_shape(leaf), dtype=torch_dtype(leaf.dtype))
-    entries[ACTION] = empty(*action_shape(action_space), dtype=torch_dtype(action_space.dtype))
-    entries[ACTION_MASK] = empty(mask_spec(action_space).size, dtype=torch.bool)
-    entries[IS_INIT] = empty(1, dtype=torch.bool)
-    entries[VALUE] = empty(1, dtype=torch.float32)
-    entries[LOG_PROB] = empty(dtype=torch.float32)
+    for path, obs_space in observation_leaves(observation_space).items():
+        entries[(OBSERVATION, *path) if path else OBSERVATION] = leaf(
+            *leaf_shape(obs_space), dtype=torch_dtype(obs_space.dtype)
+        )
+    entries[ACTION] = leaf(*action_shape(action_space), dtype=torch_dtype(action_space.dtype))
+    entries[ACTION_MASK] = leaf(mask_spec(action_space).size, dtype=torch.bool)
+    entries[IS_INIT] = leaf(1, dtype=torch.bool)
+    entries[VALUE] = leaf(1, dtype=torch.float32)
+    entries[LOG_PROB] = leaf(dtype=torch.float32)
     for key in (NEXT_REWARD, NEXT_VALUE, ADVANTAGE, VALUE_TARGET):
-        entries[key] = empty(1, dtype=torch.float32)
+        entries[key] = leaf(1, dtype=torch.float32)
     for key in (NEXT_DONE, NEXT_TERMINATED):
-        entries[key] = empty(1, dtype=torch.bool)
+        entries[key] = leaf(1, dtype=torch.bool)
 
     rollout = TensorDict(batch_size=batch, device=alloc_device)
     for key, tensor in entries.items():
         rollout.set(key, tensor)
     if on_disk:
-        prefix = Path(memmap_dir) if memmap_dir is not None else Path(tempfile.mkdtemp(prefix="torchrl_mask_"))
-        rollout = rollout.memmap_like(prefix=prefix)
+        rollout = _memmap_rollout(rollout, memmap_dir)
+    rollout.get(ACTION_MASK).fill_(True)
     return rollout
+
+
+def _memmap_rollout(rollout: TensorDict, memmap_dir: str | Path | None) -> TensorDict:
+    """``rollout``'s layout in memory-mapped files, in a new folder that goes with the returned TensorDict."""
+    parent = Path(memmap_dir) if memmap_dir is not None else None
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="torchrl_mask_rollout_", dir=parent))
+    try:
+        on_disk = rollout.memmap_like(prefix=folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    # Open mappings stay valid after the unlink (POSIX); the folder goes when nothing uses the rollout.
+    weakref.finalize(on_disk, shutil.rmtree, str(folder), ignore_errors=True)
+    return on_disk

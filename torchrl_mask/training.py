@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import json
+import tempfile
 import warnings
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -210,9 +211,11 @@ def _make_collector(config: TrainConfig, model: MaskablePPO, monitor_dir: Path) 
         collector = MultiSyncCollector(
             makers, policy, frames_per_batch=frames, total_frames=-1, num_threads=config.threads
         )
-    else:
-        collector = Collector(SerialEnv(config.n_envs, makers), policy, frames_per_batch=frames, total_frames=-1)
-    collector.set_seed(config.seed)
+        collector.set_seed(config.seed)
+    else:  # seeded before the Collector resets it, so that the first episodes are seeded too
+        envs = SerialEnv(config.n_envs, makers)
+        envs.set_seed(config.seed)
+        collector = Collector(envs, policy, frames_per_batch=frames, total_frames=-1)
     return collector
 
 
@@ -325,8 +328,19 @@ def _check_device(device: str) -> str:
 
 
 def _check_out(out: Path) -> Path:
+    """``out`` if a folder can be made there: probed with a folder created and removed in its nearest existing
+    ancestor, so that a path under a file, in a read-only place or under ``/proc`` is refused before training."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; pass a folder (it is created if missing).")
+    base = next(folder for folder in (out, *out.absolute().parents) if folder.exists())
+    if not base.is_dir():
+        raise UsageError(f"--out {out} is under {base}, which is a file; pass a folder path (created if missing).")
+    try:
+        tempfile.TemporaryDirectory(prefix=".torchrl_mask_probe_", dir=base).cleanup()
+    except OSError as err:
+        raise UsageError(
+            f"--out {out}: cannot create a folder in {base} ({err.strerror or err}); pass a folder you can write to."
+        ) from None
     return out
 
 

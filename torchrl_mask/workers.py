@@ -1,33 +1,62 @@
-"""Watching a collector's worker processes: a dead worker or a raising env ends in an error within seconds.
+"""Watching a collector's worker processes: a dead, raising or silent worker ends in an error, and no worker
+outlives the learner.
 
 TorchRL's multi-process and distributed collectors notice some failures themselves, but wait without a
-timeout in others (a weight update waits for every worker's acknowledgement, a dead one's included). Here
-each call into the collector runs in a daemon thread while the caller watches the workers; on a failure the
-collector is shut down, workers still alive after a grace period are terminated, and :class:`CollectorFailed`
-is raised with what happened.
+timeout in others (a weight update waits for every worker's acknowledgement, a dead one's included, and a
+worker stuck in its env is waited for as long as it takes). Here each call into the collector runs in a daemon
+thread while the caller watches the workers and the clock; on a failure the collector is shut down, workers
+still alive after a grace period are terminated, and :class:`CollectorFailed` is raised with what happened:
+which worker, and the exception its env or policy raised.
+
+Three more guards:
+
+- :func:`orphan_guard`: a small watcher process kills the workers if the learner dies without shutting the
+  collector down (``SIGKILL``, out of memory), so that a worker stuck in its env is not left behind.
+- A worker process that imports this package records the exception that ends it, so that the learner can
+  carry its type and message in :class:`CollectorFailed` (spawned workers only; a forked worker prints it).
+- :func:`refuse_unguarded_spawn`: a script that starts worker processes at its top level, outside
+  ``if __name__ == "__main__":``, is stopped with one clear error before any worker starts (each spawned worker
+  re-imports the script and would start workers of its own, while TorchRL waits for them forever).
 """
 
 from __future__ import annotations
 
+import ast
+import atexit
+import contextlib
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.process import BaseProcess
+from pathlib import Path
+from types import FrameType
 from typing import Any, TypeVar
 
 from torchrl.collectors import BaseCollector
 
-__all__ = ["CollectorFailed", "guarded", "shutdown"]
+__all__ = ["CollectorFailed", "guarded", "orphan_guard", "refuse_unguarded_spawn", "shutdown"]
 
 _T = TypeVar("_T")
 _POLL_SECONDS = 0.2
 _SHUTDOWN_SECONDS = 10.0
+_SILENT_GRACE_SECONDS = 2.0
+# Where worker processes started by this process record the exception that ended them (inherited by spawn).
+_ERRORS_ENV = "TORCHRL_MASK_WORKER_ERRORS"
 
 
 class CollectorFailed(RuntimeError):
     """Data collection failed (a worker process died, an env raised, a worker stopped answering).
 
-    The collector has been shut down and its worker processes are gone; the original error is the cause.
+    The collector has been shut down and its worker processes are gone. The message names the worker and,
+    when the worker could report it, the type and message of the exception that ended it. ``__cause__`` is
+    the exception raised in this process: the env's own for an in-process collector, TorchRL's error when
+    TorchRL noticed the failure first, None when the watcher here noticed it (a dead or silent worker).
     """
 
 
@@ -38,12 +67,17 @@ def _worker_processes(collector: BaseCollector) -> list[BaseProcess]:
     return [proc for proc in procs if isinstance(proc, BaseProcess)]
 
 
-def guarded(call: Callable[[], _T], collector: BaseCollector, what: str) -> _T:
-    """Run ``call`` (which talks to the collector's workers) and fail fast if a worker dies meanwhile.
+def guarded(call: Callable[[], _T], collector: BaseCollector, what: str, timeout: float | None = None) -> _T:
+    """Run ``call`` (which talks to the collector's workers) and fail fast if a worker dies or goes silent.
 
-    TorchRL waits on a dead worker in some places without a timeout (a weight update waits for every
-    worker's acknowledgement); the call runs in a daemon thread while this one watches the worker processes.
-    Any failure shuts the collector down and is raised as :class:`CollectorFailed`.
+    :param call: the call into the collector, e.g. ``lambda: next(batches)``.
+    :param collector: the collector whose workers are watched.
+    :param what: what the call does, for the error message ("collecting a batch").
+    :param timeout: seconds after which a call still waiting on its workers fails; None waits as long as it
+        takes. Only worker processes are timed: an in-process collector runs ``call`` in this thread.
+    :return: what ``call`` returned.
+    :raises CollectorFailed: a worker died, went silent past ``timeout``, or ``call`` raised; the collector
+        has been shut down.
     """
     procs = _worker_processes(collector)
     outcome: dict[str, Any] = {}
@@ -63,13 +97,21 @@ def guarded(call: Callable[[], _T], collector: BaseCollector, what: str) -> _T:
         thread.start()
     while thread is not None and thread.is_alive():
         thread.join(_POLL_SECONDS)
+        elapsed = time.monotonic() - started
         dead = [_death(i, proc) for i, proc in enumerate(procs) if _exitcode(proc) is not None]
         if dead and thread.is_alive():
             shutdown(collector)
             raise CollectorFailed(
-                f"{type(collector).__name__} lost a worker process while {what} "
-                f"({time.monotonic() - started:.1f} s in): {'; '.join(dead)}. "
-                "The collector has been shut down and its other workers stopped."
+                f"{type(collector).__name__} lost a worker process while {what} ({elapsed:.1f} s in): "
+                f"{'; '.join(dead)}. The collector has been shut down and its other workers stopped."
+            )
+        if timeout is not None and elapsed > timeout and thread.is_alive():
+            silent = _silent_workers(procs, thread, collector)
+            shutdown(collector, _SILENT_GRACE_SECONDS)
+            raise CollectorFailed(
+                f"{type(collector).__name__} did not answer within batch_timeout={timeout:g} s while {what}: "
+                f"{silent} sent nothing (stuck in its env or policy?). The collector has been shut down and its "
+                "workers stopped; raise batch_timeout if a batch can take longer."
             )
     error = outcome.get("error")
     if error is None:
@@ -79,13 +121,34 @@ def guarded(call: Callable[[], _T], collector: BaseCollector, what: str) -> _T:
             "The collector stopped before total_timesteps were collected: create it with total_frames=-1 "
             "(or at least total_timesteps)."
         ) from None
+    dead = [_death(i, proc) for i, proc in enumerate(procs) if _exitcode(proc) not in (None, 0)]
     shutdown(collector)
     if isinstance(error, Exception):
+        workers = f" ({'; '.join(dead)})" if dead else ""
         raise CollectorFailed(
-            f"Data collection failed while {what} from {type(collector).__name__}: "
-            f"{type(error).__name__}: {error}. The collector has been shut down."
+            f"Data collection failed while {what} from {type(collector).__name__}{workers}: "
+            f"{type(error).__name__}: {_first_line(error)}. The collector has been shut down."
         ) from error
     raise error
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _silent_workers(procs: list[BaseProcess], thread: threading.Thread, collector: BaseCollector) -> str:
+    """ "worker 1 (pid N)": the workers that have not delivered their part of the batch, read from the gathering
+    loop the waiting thread is in (``MultiSyncCollector``'s ``recv``); else every worker."""
+    delivered: set[int] = set()
+    frame = sys._current_frames().get(thread.ident or -1)
+    for waiting in _frames(frame):
+        received = waiting.f_locals.get("recv") if waiting.f_locals.get("self") is collector else None
+        if received is not None:
+            delivered = {int(index) for _, index in list(received)}
+            break
+    silent = [f"worker {i} (pid {proc.pid})" for i, proc in enumerate(procs) if i not in delivered]
+    return ", ".join(silent) if silent else "its workers"
 
 
 def _exitcode(proc: BaseProcess) -> int | None:
@@ -101,15 +164,24 @@ def _death(index: int, proc: BaseProcess) -> str:
     code = _exitcode(proc)
     if code is not None and code < 0:
         return f"worker {index} (pid {proc.pid}) was killed by signal {-code}"
-    return (
-        f"worker {index} (pid {proc.pid}) exited with code {code}: its env or policy raised "
-        "(the worker printed the traceback above)"
-    )
+    recorded = _recorded_error(proc.pid)
+    cause = f"it raised {recorded}" if recorded else "its env or policy raised (the worker printed the traceback above)"
+    return f"worker {index} (pid {proc.pid}) exited with code {code}: {cause}"
 
 
 def shutdown(collector: BaseCollector, timeout: float = _SHUTDOWN_SECONDS) -> None:
-    """Shut the collector down; worker processes still alive ``timeout`` seconds later are terminated."""
-    thread = threading.Thread(target=collector.shutdown, name="torchrl_mask-shutdown", daemon=True)
+    """Shut the collector and its weight-sync schemes down; worker processes still alive ``timeout`` seconds
+    later are terminated.
+
+    :param collector: the collector.
+    :param timeout: seconds the collector's own shutdown may take before its workers are terminated.
+    """
+
+    def close() -> None:
+        collector.shutdown()
+        _shutdown_weight_sync(collector)
+
+    thread = threading.Thread(target=close, name="torchrl_mask-shutdown", daemon=True)
     thread.start()
     thread.join(timeout)
     for proc in _worker_processes(collector):
@@ -122,3 +194,163 @@ def shutdown(collector: BaseCollector, timeout: float = _SHUTDOWN_SECONDS) -> No
                 proc.join(2.0)
         except ValueError:  # TorchRL's shutdown joined and closed this process object meanwhile: it is gone
             continue
+
+
+def _shutdown_weight_sync(collector: BaseCollector) -> None:
+    """Shut the collector's weight-sync schemes down now. Left to their ``__del__`` at interpreter exit, they
+    put a "stop" on a multiprocessing queue, whose feeder thread cannot start any more: the exit hangs."""
+    for scheme in list((getattr(collector, "_weight_sync_schemes", None) or {}).values()):
+        with contextlib.suppress(Exception):
+            scheme.shutdown()
+
+
+# ------------------------------------------------------------------------------- the learner dies
+
+
+_WATCHER = """
+import os, signal, sys
+if sys.stdin.buffer.read() != b"done":  # end of input without "done": the learner is gone
+    for pid in map(int, sys.argv[1:]):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+"""
+
+
+@contextlib.contextmanager
+def orphan_guard(collector: BaseCollector) -> Iterator[None]:
+    """Kill the collector's local worker processes if this process dies inside the block.
+
+    A watcher process holds a pipe from this one; the block's normal or exceptional end tells it "done" (and
+    :func:`shutdown` stops the workers as usual); if this process is killed the pipe closes without it, and
+    the watcher kills the workers. Nothing is started for a collector without local worker processes.
+
+    :param collector: the collector whose workers must not outlive this process.
+    """
+    pids = [str(proc.pid) for proc in _worker_processes(collector) if proc.pid is not None]
+    if not pids:
+        yield
+        return
+    watcher = subprocess.Popen([sys.executable, "-c", _WATCHER, *pids], stdin=subprocess.PIPE, start_new_session=True)
+    try:
+        yield
+    finally:
+        assert watcher.stdin is not None
+        with contextlib.suppress(OSError):
+            watcher.stdin.write(b"done")
+            watcher.stdin.close()
+        watcher.wait()
+
+
+# ------------------------------------------------------------------------- a worker's own error
+
+
+def _errors_dir(parent_pid: int) -> Path:
+    return Path(tempfile.gettempdir()) / f"torchrl_mask_worker_errors_{parent_pid}"
+
+
+def _recorded_error(pid: int | None) -> str | None:
+    """``"ValueError: ..."``: the exception that ended worker ``pid``, when it recorded one."""
+    if pid is None:
+        return None
+    try:
+        return (_errors_dir(os.getpid()) / f"{pid}.txt").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _record_errors_in_this_worker() -> None:
+    """In a spawned worker (this package imported while the worker unpickles its job), record the exception
+    that ends the worker where its parent reads it (:func:`_recorded_error`)."""
+    parent = os.environ.get(_ERRORS_ENV)
+    if parent is None or parent != str(os.getppid()):
+        return
+    original = BaseProcess.run
+
+    def run(self: BaseProcess) -> None:
+        try:
+            original(self)
+        except Exception as error:
+            folder = _errors_dir(int(parent))
+            with contextlib.suppress(OSError):
+                folder.mkdir(exist_ok=True)
+                (folder / f"{os.getpid()}.txt").write_text(f"{type(error).__name__}: {_first_line(error)}")
+            raise
+
+    BaseProcess.run = run  # type: ignore[method-assign]  # this worker's own class, in its own interpreter
+
+
+if getattr(multiprocessing.current_process(), "_inheriting", False):  # a spawned worker, being set up
+    _record_errors_in_this_worker()
+else:  # a process that may start workers: they inherit where to record their errors
+    os.environ[_ERRORS_ENV] = str(os.getpid())
+    atexit.register(shutil.rmtree, _errors_dir(os.getpid()), ignore_errors=True)
+
+
+# -------------------------------------------------------------------- unguarded scripts under spawn
+
+
+def refuse_unguarded_spawn() -> None:
+    """Raise if this process is starting a spawned worker from the top level of its main script, outside
+    ``if __name__ == "__main__":``. Called while a worker's job is pickled; does nothing elsewhere.
+
+    :raises RuntimeError: the line that starts the workers is not under the guard; the message names it.
+    """
+    frames = list(_frames(sys._getframe(1)))
+    if not any(frame.f_globals.get("__name__", "").startswith("multiprocessing.popen_") for frame in frames):
+        return
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path or not _reimported_by_spawn(main):
+        return
+    for frame in frames:
+        at_top_level = frame.f_code.co_name == "<module>" and frame.f_globals is getattr(main, "__dict__", None)
+        if at_top_level and os.path.abspath(frame.f_code.co_filename) == os.path.abspath(path):
+            if _under_main_guard(path, frame.f_lineno):
+                return
+            starting = [f.f_locals.get("self") for f in frames]  # the collector whose __init__ starts them
+            for collector in [owner for owner in starting if isinstance(owner, BaseCollector)][:1]:
+                _shutdown_weight_sync(collector)
+            raise RuntimeError(
+                f"{path}, line {frame.f_lineno}, starts worker processes at the top level of the script. Each "
+                "worker re-imports the script (multiprocessing's spawn start method) and would run this line "
+                'again: put the code that creates the collector and trains under `if __name__ == "__main__":`.'
+            )
+
+
+def _reimported_by_spawn(main: Any) -> bool:
+    """Whether spawned workers re-run the main module (as multiprocessing's spawn decides): a script given by
+    path or a module run with ``-m``, but not a package's ``__main__`` nor an interactive session."""
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None:
+        return name != "__main__" and not name.endswith(".__main__")
+    return getattr(main, "__file__", None) is not None
+
+
+def _frames(frame: FrameType | None) -> Iterator[FrameType]:
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
+def _under_main_guard(path: str, line: int) -> bool:
+    """Whether ``line`` of the script at ``path`` is inside a top-level ``if __name__ == "__main__":``."""
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return True  # cannot tell: let multiprocessing speak for itself
+    for node in tree.body:
+        guard = isinstance(node, ast.If) and _is_main_test(node.test)
+        if guard and node.lineno <= line <= (node.end_lineno or node.lineno):
+            return True
+    return False
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, *test.comparators]
+    names = [side.id for side in sides if isinstance(side, ast.Name)]
+    values = [side.value for side in sides if isinstance(side, ast.Constant)]
+    return names == ["__name__"] and values == ["__main__"]

@@ -1,6 +1,6 @@
 """The rollout TensorDict and everything that reads or writes it: one step, a collector batch, GAE, minibatches.
 
-:class:`Rollout` owns the storage :func:`torchrl_mask.storage.allocate_rollout` made (batch size
+:class:`TensorDictRollout` owns the storage :func:`torchrl_mask.storage.allocate_rollout` made (batch size
 ``(n_envs, buffer_size)``) and what is derived from it: its leaves, the slots one ``add()`` writes (numpy views on
 the host), the reader that checks a step before anything is written, the GAE call and the flat views ``get()``
 gathers minibatches from. :class:`torchrl_mask.MaskableRolloutBuffer` is SB3's face over it: it keeps ``pos`` and
@@ -14,7 +14,8 @@ Example:
     >>> from gymnasium import spaces
     >>> from torchrl_mask.storage import allocate_rollout
     >>> obs_space, action_space = spaces.Box(-1, 1, (3,)), spaces.Discrete(4)
-    >>> rollout = Rollout(allocate_rollout(2, 1, obs_space, action_space, torch.device("cpu")), obs_space, action_space)
+    >>> storage = allocate_rollout(2, 1, obs_space, action_space, torch.device("cpu"))
+    >>> rollout = TensorDictRollout(storage, obs_space, action_space)
     >>> step = (np.zeros(1), np.zeros(1), np.zeros(1), torch.zeros(1, 1), torch.zeros(1))
     >>> for pos in range(2):
     ...     rollout.write_step(pos, [np.ones((1, 3))], step, None, check_masks=True, check_values=True)
@@ -42,7 +43,7 @@ from torchrl_mask.minibatches import minibatch_columns
 from torchrl_mask.observations import observation_layout
 from torchrl_mask.steps import StepReader
 
-__all__ = ["Rollout"]
+__all__ = ["TensorDictRollout"]
 
 # The leaves besides the observation, and the order add() writes a step in after the observation leaves.
 _LEAVES = (
@@ -53,7 +54,7 @@ _STEP_FIELDS = (st.ACTION, st.NEXT_REWARD, st.IS_INIT, st.VALUE, st.LOG_PROB, st
 _PER_ENV = (st.NEXT_REWARD, st.IS_INIT, st.VALUE)  # (n_envs, T, 1) leaves SB3 passes as (n_envs,)
 
 
-class Rollout:
+class TensorDictRollout:
     """One rollout's storage with its views, step writes, GAE and minibatch sources.
 
     :param tensordict: the storage, batch size ``(n_envs, buffer_size)``, keys as in :mod:`torchrl_mask.storage`.

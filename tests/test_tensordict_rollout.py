@@ -13,16 +13,16 @@ from helpers import ACTION_SPACES, OBS_SPACES, random_step
 from torchrl_mask import storage as st
 from torchrl_mask.advantage import next_step
 from torchrl_mask.observations import DictLeaves, observation_layout
-from torchrl_mask.rollout import Rollout
+from torchrl_mask.tensordict_rollout import TensorDictRollout
 
 
-def _rollout(obs_space: spaces.Space, n_steps: int = 4, n_envs: int = 2) -> Rollout:
+def _rollout(obs_space: spaces.Space, n_steps: int = 4, n_envs: int = 2) -> TensorDictRollout:
     action_space = ACTION_SPACES["multidiscrete"]
     storage = st.allocate_rollout(n_steps, n_envs, obs_space, action_space, torch.device("cpu")).zero_()
-    return Rollout(storage, obs_space, action_space)
+    return TensorDictRollout(storage, obs_space, action_space)
 
 
-def _write(rollout: Rollout, pos: int, rng: np.random.Generator) -> dict:
+def _write(rollout: TensorDictRollout, pos: int, rng: np.random.Generator) -> dict:
     step = random_step(rollout.observation_space, rollout.action_space, rollout.n_envs, rng)
     fields = (step["action"], step["reward"], step["episode_start"], step["value"], step["log_prob"])
     obs_items = rollout.layout.split(step["obs"])
