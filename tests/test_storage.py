@@ -76,7 +76,7 @@ def test_minibatches_are_identical_whichever_gather_path_is_taken(monkeypatch, t
     )
     fill_pair(ref, ours, seed=1)
     # On the host get() gathers with numpy; "torch" takes the accelerator's path (index_select) on the CPU.
-    ours._host = gather == "numpy"
+    ours._rollout.host = gather == "numpy"
     assert_same_epochs(ref, ours, batch_size=4, seed=2)
 
 
@@ -90,7 +90,7 @@ def test_a_minibatch_the_caller_dropped_is_freed_while_the_epoch_goes_on(monkeyp
     buf = MaskableDictRolloutBuffer(64, OBS_SPACES["dict"], ACTION_SPACES["discrete"], "cpu", n_envs=2)
     ref, _ = make_pair(OBS_SPACES["dict"], ACTION_SPACES["discrete"], 64, 2)
     fill_pair(ref, buf, seed=0)
-    buf._host = gather == "numpy"
+    buf._rollout.host = gather == "numpy"
     epoch = buf.get(batch_size=8)
     first = weakref.ref(next(epoch).observations["image"])  # a large leaf: gathered per minibatch
     second = next(epoch)

@@ -35,7 +35,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 import torch
@@ -44,10 +44,18 @@ from torchrl.objectives.value.functional import (
     vec_generalized_advantage_estimate,
 )
 
-__all__ = ["GAE_METHODS", "GaeMethod", "bootstrap_inputs", "generalized_advantage", "resolve_gae_method"]
+__all__ = [
+    "GAE_METHODS",
+    "GaeMethod",
+    "bootstrap_inputs",
+    "generalized_advantage",
+    "next_step",
+    "resolve_gae_method",
+]
 
 GaeMethod = Literal["auto", "exact", "fast", "loop", "vec"]
 GAE_METHODS: tuple[str, ...] = ("auto", "exact", "fast", "loop", "vec")
+_Steps = TypeVar("_Steps", torch.Tensor, np.ndarray)
 
 # Up to this many envs the exact scan runs env by env on numpy float32 scalars (a scalar operation costs less
 # than a ufunc call on a short row); above it, step by step on rows of all envs.
@@ -93,16 +101,28 @@ def bootstrap_inputs(
     n_envs = values.shape[0]
     if values.device.type == "cpu":  # numpy views: a slice assignment costs a fraction of torch's on the host
         nv, v, d, s = (t.reshape(n_envs, -1).numpy() for t in (next_values, values, done, episode_starts))
-        nv[:, :-1] = v[:, 1:]
-        nv[:, -1] = last_values.reshape(n_envs).numpy(force=True)
-        d[:, :-1] = s[:, 1:]
-        d[:, -1] = dones.reshape(n_envs).numpy(force=True)
+        next_step(v, last_values.reshape(n_envs).numpy(force=True), out=nv)
+        next_step(s, dones.reshape(n_envs).numpy(force=True), out=d)
         return next_values, done
-    next_values[:, :-1] = values[:, 1:]
-    next_values[:, -1] = last_values.reshape(n_envs, 1).to(next_values)
-    done[:, :-1] = episode_starts[:, 1:]
-    done[:, -1] = dones.reshape(n_envs, 1).to(device=done.device, dtype=torch.bool)
+    next_step(values, last_values.reshape(n_envs, 1).to(next_values), out=next_values)
+    next_step(episode_starts, dones.reshape(n_envs, 1).to(device=done.device, dtype=torch.bool), out=done)
     return next_values, done
+
+
+def next_step(steps: _Steps, last: _Steps | float, out: _Steps) -> _Steps:
+    """Each step's entry for the step after it, along the time dim (dim 1): the one place the rollout shifts.
+
+    ``out[:, t] = steps[:, t + 1]`` for every step but the last, and ``out[:, -1] = last``: how ``V(s_{t+1})``
+    and ``done_t`` are read off ``V(s_t)`` and SB3's episode starts.
+
+    :param steps: ``(n_envs, T, ...)``, a tensor or a numpy array.
+    :param last: the entry after the last step, ``(n_envs, ...)`` (or a number for all envs).
+    :param out: where to write, ``(n_envs, T, ...)``, same kind as ``steps``; must not overlap it.
+    :return: ``out``.
+    """
+    out[:, :-1] = steps[:, 1:]
+    out[:, -1] = last
+    return out
 
 
 def generalized_advantage(

@@ -21,9 +21,8 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import numbers
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +39,10 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
 from torchrl_mask import storage as st
-from torchrl_mask.advantage import GaeMethod, bootstrap_inputs, generalized_advantage, resolve_gae_method
-from torchrl_mask.masks import MaskSpec, mask_spec
-from torchrl_mask.minibatches import minibatch_columns
+from torchrl_mask.advantage import GaeMethod, resolve_gae_method
+from torchrl_mask.masks import mask_spec
 from torchrl_mask.sb3_arrays import ArrayLike, SB3Array, float_masks, to_numpy
-from torchrl_mask.steps import StepReader, check_batch_values
+from torchrl_mask.tensordict_rollout import TensorDictRollout
 
 __all__ = [
     "MaskableDictRolloutBuffer",
@@ -55,7 +53,7 @@ __all__ = [
 
 
 class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
-    """Rollout buffer for maskable on-policy algorithms (MaskablePPO), stored in a TensorDict.
+    """TensorDictRollout buffer for maskable on-policy algorithms (MaskablePPO), stored in a TensorDict.
 
     It holds ``buffer_size`` steps of ``n_envs`` envs collected with the current policy, with each step's
     action mask, and is discarded after the policy update. Drop-in for sb3-contrib's buffer of the same
@@ -91,8 +89,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     """
 
     _samples_type: type = MaskableRolloutBufferSamples
-    # get()'s flat views of the storage, with the storage they view and whether they are numpy (host) views.
-    _gather_cache: tuple[TensorDict | None, bool, list[Any]] | None = None
+    _rollout: TensorDictRollout
 
     observations = SB3Array(st.OBSERVATION)
     actions = SB3Array(st.ACTION, layout="rows")
@@ -136,7 +133,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         self.gae_method: GaeMethod = gae_method
         self._storage_kind: st.StorageKind = storage
         self._memmap_dir = memmap_dir
-        self._rollout: TensorDict | None = None
+        self._allocate()
         self.reset()
 
     # ----------------------------------------------------------------------------------------- layout
@@ -150,21 +147,12 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
             )
         st.leaf_shape(observation_space)
 
-    def _observation_items(self, obs: Any) -> list[Any]:
-        """Split one step's observation into its leaves, in storage order."""
-        return [obs]
-
-    def _pack_observations(self, leaves: Sequence[torch.Tensor]) -> Any:
-        """Assemble minibatch observation leaves into what the namedtuple holds."""
-        return leaves[0]
-
     # ------------------------------------------------------------------------------------------ state
 
     @property
     def tensordict(self) -> TensorDict:
         """The rollout: batch size ``(n_envs, buffer_size)``, keys as in :mod:`torchrl_mask.storage`."""
-        assert self._rollout is not None
-        return self._rollout
+        return self._rollout.tensordict
 
     def reset(self) -> None:
         """Start a new rollout: ``pos`` back to 0, ``full`` False; the storage is reused, not reallocated.
@@ -172,14 +160,11 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         :raises TypeError: the action space cannot be masked (anything but Discrete, MultiDiscrete and 1-D
             MultiBinary).
         """
-        self._mask_spec: MaskSpec = mask_spec(self.action_space)
-        self.mask_dims = self._mask_spec.size
-        if self._rollout is None:
-            self._allocate()
+        self.mask_dims = mask_spec(self.action_space).size
         BaseBuffer.reset(self)  # pos = 0, full = False
 
     def _allocate(self) -> None:
-        self._rollout = st.allocate_rollout(
+        tensordict = st.allocate_rollout(
             self.buffer_size,
             self.n_envs,
             self.observation_space,
@@ -188,16 +173,10 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
             storage=self._storage_kind,
             memmap_dir=self._memmap_dir,
         )
-        self._bind()
-
-    # Attributes derived from the storage by _bind(): views into it, never pickled (a copy rebuilds them from
-    # its own storage, so that it keeps writing into that and not into the original's arrays).
-    _VIEWS = (
-        "_obs_leaves", "_obs_targets", "_leaf", "_targets", "_write_targets", "_reader",
-    )  # fmt: skip
+        self._rollout = TensorDictRollout(tensordict, self.observation_space, self.action_space)
 
     def __getstate__(self) -> dict[str, Any]:
-        state = {name: value for name, value in self.__dict__.items() if name not in self._VIEWS}
+        state = dict(self.__dict__)
         if self._storage_kind == "memmap":
             # A copy gets its own files: the data travels in memory and __setstate__ writes it to a new folder.
             state["_rollout"] = self.tensordict.to_tensordict()
@@ -207,50 +186,9 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         self.__dict__.update(state)
         if self._storage_kind == "memmap":
             # Never the original's folder, even one the user named: two buffers must not share files.
-            data, self._memmap_dir = self.tensordict, None
+            data, self._memmap_dir = state["_rollout"], None
             self._allocate()
             self.tensordict.update_(data)
-        else:
-            self._bind()
-
-    def _bind(self) -> None:
-        """Derive the per-leaf views and write targets of ``add`` from the storage."""
-        rollout = self.tensordict
-        self._obs_paths = list(st.observation_leaves(self.observation_space))
-        self._obs_leaves = [rollout.get(st.observation_key(path)) for path in self._obs_paths]
-        self._obs_shapes = [tuple(leaf.shape[2:]) for leaf in self._obs_leaves]
-        self._action_shape = st.action_shape(self.action_space)
-        self._host = self.device.type == "cpu"
-        self._obs_targets = [leaf.numpy() if self._host else leaf for leaf in self._obs_leaves]
-        self._leaf = {key: rollout.get(key) for key in (
-            st.ACTION, st.ACTION_MASK, st.IS_INIT, st.VALUE, st.LOG_PROB, st.NEXT_REWARD,
-            st.NEXT_VALUE, st.NEXT_DONE, st.NEXT_TERMINATED, st.ADVANTAGE, st.VALUE_TARGET,
-        )}  # fmt: skip
-        # Write targets: one step's slot of a leaf is target[:, pos]; (n, T, 1) leaves are written through
-        # (n, T) views, so that SB3's (n_envs,) rewards, starts, values fit a slot as they come.
-        self._targets = {
-            key: (leaf[..., 0] if leaf.dim() == 3 and leaf.shape[-1] == 1 and key != st.ACTION_MASK else leaf)
-            for key, leaf in self._leaf.items()
-        }
-        self._targets = {key: t.numpy() if self._host else t for key, t in self._targets.items()}
-        # add()'s order: observation leaves, then SB3's positional fields, then the mask.
-        fields = (
-            ("action", st.ACTION), ("reward", st.NEXT_REWARD), ("episode_start", st.IS_INIT),
-            ("value", st.VALUE), ("log_prob", st.LOG_PROB),
-        )  # fmt: skip
-        self._reader = StepReader(
-            self.n_envs,
-            self._obs_paths,
-            [(self.n_envs, *shape) for shape in self._obs_shapes],
-            [torch.empty(0, dtype=leaf.dtype).numpy().dtype for leaf in self._obs_leaves],
-            (self.n_envs, *self._targets[st.ACTION].shape[2:]),
-            self._mask_spec,
-        )
-        self._write_targets = [
-            *self._obs_targets,
-            *(self._targets[key] for _, key in fields),
-            self._targets[st.ACTION_MASK],
-        ]
 
     # -------------------------------------------------------------------------------------------- add
 
@@ -288,42 +226,22 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
                 f"add() past capacity: the buffer holds buffer_size={self.buffer_size} steps per env and all "
                 "are filled. Call reset() to start a new rollout."
             )
-        arrays = self._reader.read(
-            self._observation_items(obs),
-            (action, reward, episode_start, value, log_prob),
-            action_masks,
-            self.check_masks,
-            self.check_values,
-        )
-        # Everything is checked: write. On the host the targets are numpy views of the storage (numpy's
-        # per-call cost is a fraction of torch's at these sizes); on an accelerator they are the tensors.
-        pos = self.pos
-        if self._host:
-            for target, array in zip(self._write_targets, arrays, strict=True):
-                target[:, pos] = array
-        else:
-            for target, array in zip(self._write_targets, arrays, strict=True):
-                target[:, pos] = array if array is True else torch.as_tensor(array, device=self.device)
-        self.pos = pos + 1
+        fields = (action, reward, episode_start, value, log_prob)
+        obs_items = self._rollout.layout.split(obs)
+        self._rollout.write_step(self.pos, obs_items, fields, action_masks, self.check_masks, self.check_values)
+        self.pos += 1
         if self.pos == self.buffer_size:
             self.full = True
 
-    def _host_or_device(self, value: Any) -> Any:
-        """A numpy array when the storage is on the host (zero-copy for CPU tensors), else a tensor."""
-        if isinstance(value, torch.Tensor):
-            return value.numpy(force=True) if self._host else value.detach()
-        return np.asarray(value)
-
-    def _rows(self, name: str, value: Any, width: int) -> Any:
-        array = self._host_or_device(value)
-        size = array.size if isinstance(array, np.ndarray) else array.numel()
-        if size != self.n_envs * width:
-            expected = f"({self.n_envs},)" if width == 1 else f"({self.n_envs}, {width})"
+    def _per_env(self, name: str, value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``value`` as ``(n_envs, 1)`` on the buffer's device, or a ValueError naming it."""
+        tensor = value.detach() if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+        if tensor.numel() != self.n_envs:
             raise ValueError(
-                f"{name} has shape {tuple(array.shape)} ({size} entries), expected {expected}: "
-                f"{width} per env for n_envs={self.n_envs}."
+                f"{name} has shape {tuple(tensor.shape)} ({tensor.numel()} entries), expected ({self.n_envs},): "
+                f"1 per env for n_envs={self.n_envs}."
             )
-        return array.reshape(self.n_envs, width)
+        return tensor.reshape(self.n_envs, 1).to(device=self.device, dtype=dtype)
 
     # -------------------------------------------------------------------------------------------- GAE
 
@@ -343,22 +261,10 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
                 f"compute_returns_and_advantage() needs a full rollout: {self.pos} of buffer_size="
                 f"{self.buffer_size} steps were added. Add the remaining steps first."
             )
-        last = torch.as_tensor(self._rows("last_values", last_values, 1), device=self.device, dtype=torch.float32)
-        done_last = torch.as_tensor(self._rows("dones", dones, 1), device=self.device)
-        leaf = self._leaf
-        value, done = leaf[st.VALUE], leaf[st.NEXT_DONE]
-        next_value, done = bootstrap_inputs(value, leaf[st.IS_INIT], last, done_last, out=(leaf[st.NEXT_VALUE], done))
-        leaf[st.NEXT_TERMINATED].copy_(done)
-        generalized_advantage(
-            leaf[st.NEXT_REWARD],
-            value,
-            next_value,
-            done,
-            self.gamma,
-            self.gae_lambda,
-            method=self.gae_method,
-            out=(leaf[st.ADVANTAGE], leaf[st.VALUE_TARGET]),
-        )
+        last = self._per_env("last_values", last_values, torch.float32)
+        done_last = self._per_env("dones", dones)
+        self._rollout.bootstrap(last, done_last)
+        self._rollout.advantage(self.gamma, self.gae_lambda, self.gae_method, truncations=False)
 
     # ----------------------------------------------------------------------------------------- extend
 
@@ -408,59 +314,17 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
                 f"extend() fills a whole rollout, but the buffer already holds {self.pos} steps per env. "
                 "Call reset() first."
             )
-        obs, entries = st.entries_from_batch(
+        self._rollout.write_batch(
             batch,
-            self.n_envs,
-            self.buffer_size,
-            observation_paths=self._obs_paths,
-            observation_shapes=self._obs_shapes,
-            action_shape=self._action_shape,
-            masks=self._mask_spec.check if self.check_masks else self._mask_spec.reshape,
+            self.check_masks,
+            self.check_values,
             observation_keys=observation_keys,
             reward_key=reward_key,
             episode_starts=episode_starts,
         )
-        if self.check_values:
-            self._check_batch_values(obs, entries)
-        for leaf, tensor in zip(self._obs_leaves, obs, strict=True):
-            leaf.copy_(tensor)
-        leaf = self._leaf
-        for key, tensor in entries.items():
-            leaf[key].copy_(tensor)
-        generalized_advantage(
-            leaf[st.NEXT_REWARD],
-            leaf[st.VALUE],
-            leaf[st.NEXT_VALUE],
-            leaf[st.NEXT_DONE],
-            self.gamma,
-            self.gae_lambda,
-            method=self.gae_method,
-            terminated=leaf[st.NEXT_TERMINATED],
-            out=(leaf[st.ADVANTAGE], leaf[st.VALUE_TARGET]),
-        )
+        self._rollout.advantage(self.gamma, self.gae_lambda, self.gae_method, truncations=True)
         self.pos = self.buffer_size
         self.full = True
-
-    def _check_batch_values(self, obs: Sequence[torch.Tensor], entries: Mapping[NestedKey, torch.Tensor]) -> None:
-        """``extend()``'s ``check_values``: finite floats, valid actions, no wrap-around into integer leaves."""
-        not_terminated = ~entries[st.NEXT_TERMINATED]
-        check_batch_values(
-            [
-                ("observation" + (f" {'/'.join(path)!r}" if path else ""), tensor, leaf.dtype)
-                for path, tensor, leaf in zip(self._obs_paths, obs, self._obs_leaves, strict=True)
-            ],
-            [
-                ("('next', 'reward')", entries[st.NEXT_REWARD]),
-                ("'state_value'", entries[st.VALUE]),
-                ("'action_log_prob'", entries[st.LOG_PROB]),
-                # V(next observation) is read only where the step did not terminate.
-                ("('next', 'state_value')", entries[st.NEXT_VALUE].where(not_terminated, 0.0)),
-            ],
-            entries[st.ACTION].reshape(self.n_envs * self.buffer_size, -1),
-            entries[st.ACTION_MASK].reshape(self.n_envs * self.buffer_size, -1) if self.check_masks else None,
-            self._mask_spec,
-            self.buffer_size,
-        )
 
     # -------------------------------------------------------------------------------------------- get
 
@@ -492,45 +356,18 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         indices = np.random.permutation(total)
         return self._minibatches(indices, total if batch_size is None else int(batch_size))
 
-    def _flat_leaves(self) -> list[torch.Tensor]:
-        """Storage leaves in namedtuple order, flattened to env-major rows (views, no copy)."""
-        total = self.buffer_size * self.n_envs
-        leaf = self._leaf
-        # SB3's swap_and_flatten gives scalar observations a trailing 1: (total,) becomes (total, 1).
-        flat = [obs.reshape(total, *(obs.shape[2:] or (1,))) for obs in self._obs_leaves]
-        flat.append(leaf[st.ACTION].reshape(total, -1))
-        flat += [leaf[key].reshape(total) for key in (st.VALUE, st.LOG_PROB, st.ADVANTAGE, st.VALUE_TARGET)]
-        flat.append(leaf[st.ACTION_MASK].reshape(total, -1))
-        return flat
-
-    def _gather_sources(self) -> list[np.ndarray] | list[torch.Tensor]:
-        """What ``get`` gathers from: :meth:`_flat_leaves` as numpy views on the host, the tensors elsewhere.
-
-        Made once per storage (``reset`` reuses the storage) and kept beside it: ``get`` runs every epoch, and
-        for a small rollout making these views costs as much as its minibatches.
-        """
-        cached = self._gather_cache
-        if cached is None or cached[0] is not self._rollout or cached[1] != self._host:
-            flat = self._flat_leaves()
-            cached = (self._rollout, self._host, [tensor.numpy() for tensor in flat] if self._host else flat)
-            self._gather_cache = cached
-        return cached[2]
-
     def _minibatches(self, indices: np.ndarray, batch_size: int) -> Generator[Any, None, None]:
-        columns = minibatch_columns(self._gather_sources(), indices, batch_size)
-        n_obs = len(self._obs_leaves)
+        columns = self._rollout.columns(indices, batch_size)
+        n_obs = len(self._rollout.observations)
         # One Python call per minibatch beyond the tensors themselves: the namedtuple's. map, not zip: see
         # torchrl_mask.minibatches.
-        yield from map(self._samples_type, self._observation_column(columns[:n_obs]), *columns[n_obs:])
-
-    def _observation_column(self, columns: list[Iterable[torch.Tensor]]) -> Iterable[Any]:
-        """Minibatch observations, as the namedtuple holds them, from the observation leaves' columns."""
-        return columns[0]
+        yield from map(self._samples_type, self._rollout.layout.column(columns[:n_obs]), *columns[n_obs:])
 
     def _samples_from_rows(self, *rows: torch.Tensor) -> Any:
-        """The namedtuple of one minibatch's rows, given in :meth:`_flat_leaves` order."""
-        n_obs = len(self._obs_leaves)
-        return self._samples_type(self._pack_observations(rows[:n_obs]), *rows[n_obs:])
+        """The namedtuple of one minibatch's rows, in the order of
+        :meth:`torchrl_mask.tensordict_rollout.TensorDictRollout.flat_leaves`."""
+        n_obs = len(self._rollout.observations)
+        return self._samples_type(self._rollout.layout.pack(rows[:n_obs]), *rows[n_obs:])
 
     def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> Any:
         """The minibatch of the given env-major flat indices (SB3's hook behind ``sample``).
@@ -540,7 +377,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         :return: the samples namedtuple.
         """
         index = torch.as_tensor(np.asarray(batch_inds), dtype=torch.long, device=self.device)
-        rows = [tensor.index_select(0, index) for tensor in self._flat_leaves()]
+        rows = [tensor.index_select(0, index) for tensor in self._rollout.flat_leaves()]
         rows[-1] = float_masks(rows[-1])
         return self._samples_from_rows(*rows)
 
@@ -586,69 +423,7 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
     @property
     def observations(self) -> dict[str, Any]:  # type: ignore[override]
         """Observations as SB3 holds them: ``{key: (buffer_size, n_envs, *shape)}``, nested for nested Dicts."""
-        arrays = [to_numpy(leaf.transpose(0, 1)) for leaf in self._obs_leaves]
-        return self._nest(arrays)
-
-    def _nest(self, items: Sequence[Any]) -> dict[str, Any]:
-        return st.nest_leaves(self._obs_paths, items)
-
-    @functools.cached_property
-    def _top_keys(self) -> set[str] | None:
-        """The space's keys when it has no nested Dict (the fast path of ``add``), else None."""
-        return None if any(len(path) > 1 for path in self._obs_paths) else {path[0] for path in self._obs_paths}
-
-    def _observation_items(self, obs: Any) -> list[Any]:
-        if type(obs) is dict and obs.keys() == self._top_keys:  # the common case, checked in one comparison
-            return [obs[key] for key in self._flat_keys]
-        if not isinstance(obs, Mapping):
-            raise ValueError(f"observation must be a dict with keys {self._key_names()}, got {type(obs).__name__}.")
-        items = []
-        missing = []
-        for path in self._obs_paths:
-            node: Any = obs
-            for key in path:
-                if not isinstance(node, Mapping) or key not in node:
-                    missing.append("/".join(path))
-                    break
-                node = node[key]
-            else:
-                items.append(node)
-        extra = sorted(set(_leaf_names(obs)) - {"/".join(p) for p in self._obs_paths})
-        if missing or extra:
-            raise ValueError(
-                f"observation keys do not match the observation space: missing {missing}, unknown {extra}. "
-                f"Expected exactly {self._key_names()}."
-            )
-        return items
-
-    def _key_names(self) -> list[str]:
-        return ["/".join(path) for path in self._obs_paths]
-
-    def _pack_observations(self, leaves: Sequence[torch.Tensor]) -> dict[str, Any]:
-        if self._top_keys is not None:  # no nested Dict: one zip instead of walking paths
-            return dict(zip(self._flat_keys, leaves, strict=True))
-        return self._nest(leaves)
-
-    def _observation_column(self, columns: list[Iterable[torch.Tensor]]) -> Iterable[Any]:
-        if self._top_keys is not None:
-            return map(functools.partial(_dict_of, self._flat_keys), *columns)
-        return map(lambda *leaves: self._nest(leaves), *columns)
-
-    @functools.cached_property
-    def _flat_keys(self) -> list[str]:
-        return [path[0] for path in self._obs_paths]
-
-
-def _dict_of(keys: Sequence[str], *values: Any) -> dict[str, Any]:
-    return dict(zip(keys, values, strict=True))
-
-
-def _leaf_names(obs: Mapping[str, Any], prefix: str = "") -> list[str]:
-    names = []
-    for key, value in obs.items():
-        name = f"{prefix}{key}"
-        names += _leaf_names(value, name + "/") if isinstance(value, Mapping) else [name]
-    return names
+        return self._rollout.layout.pack([to_numpy(leaf.transpose(0, 1)) for leaf in self._rollout.observations])
 
 
 # Both buffers subclass sb3-contrib's MaskableRolloutBuffer, which is what MaskablePPO asserts. The Dict buffer

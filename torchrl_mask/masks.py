@@ -43,9 +43,7 @@ class MaskSpec:
         self._starts = offsets[:-1]
         self._uniform = len(set(groups)) == 1
         self._limits = np.asarray(groups)
-        # One scalar when every group has the same size: comparing with it is cheaper than with an array.
-        self._unsigned_limits = np.uint64(groups[0]) if self._uniform else self._limits.astype(np.uint64)
-        self._flat_cache: dict[int, np.ndarray] = {}
+        self._row_tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see _tables
 
     def __repr__(self) -> str:
         return f"MaskSpec(groups={self.groups}, size={self.size})"
@@ -133,15 +131,16 @@ class MaskSpec:
         n_rows = actions.shape[0]
         choices = actions.reshape(n_rows, len(self.groups))
         if type(choices) is np.ndarray and choices.dtype.kind in "iu":
-            # Negative choices become huge in the unsigned view: one comparison checks both bounds, and the
-            # counts (np.count_nonzero) cost a fraction of a reduction such as .all().
+            # Negative choices become huge in the unsigned view: one comparison with each choice's limit (a
+            # table of the choices' shape: no broadcast) checks both bounds, and the counts (np.count_nonzero)
+            # cost a fraction of a reduction such as .all().
             unsigned = choices if choices.dtype.kind == "u" else choices.view(_UNSIGNED[choices.dtype.itemsize])
-            if np.count_nonzero(unsigned < self._unsigned_limits) != unsigned.size:
+            tables = self._row_tables.get(n_rows) or self._tables(n_rows)
+            if np.count_nonzero(unsigned < tables[0]) != unsigned.size:
                 raise self._action_error(choices, None, row_label)
             if rows is None:
                 return
-            starts = self._flat_cache.get(n_rows)
-            allowed = rows.take(unsigned + (self._flat_starts(n_rows) if starts is None else starts))
+            allowed = rows.take(unsigned + tables[1])
             if np.count_nonzero(allowed) == allowed.size:
                 return
         else:
@@ -168,12 +167,19 @@ class MaskSpec:
             raise self._action_error(choices, None, row_label)
 
     def _flat_starts(self, n_rows: int) -> np.ndarray:
-        """Flat index of each row's group starts in ``(n_rows, size)`` rows, cached per row count."""
-        starts = self._flat_cache.get(n_rows)
-        if starts is None:
+        """Flat index of each row's group starts in ``(n_rows, size)`` rows."""
+        return self._tables(n_rows)[1]
+
+    def _tables(self, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(limits, flat starts)`` of ``(n_rows, n_groups)`` choices as uint64, made once per row count: each
+        choice's exclusive upper bound, and the flat index of its group's start in ``(n_rows, size)`` rows."""
+        tables = self._row_tables.get(n_rows)
+        if tables is None:
+            shape = (n_rows, len(self.groups))
+            limits = np.ascontiguousarray(np.broadcast_to(self._limits.astype(np.uint64), shape))
             starts = np.arange(n_rows, dtype=np.uint64)[:, None] * self.size + self._starts.astype(np.uint64)
-            self._flat_cache[n_rows] = starts
-        return starts
+            tables = self._row_tables[n_rows] = (limits, starts)
+        return tables
 
     def _action_error(
         self, choices: MaskArray, allowed: MaskArray | None, row_label: Callable[[int], str] | None
@@ -213,7 +219,7 @@ class MaskSpec:
         """``(n_envs, n_groups)``: whether each group of each row allows at least one choice."""
         if self._uniform and self.groups[0] in _WORD:
             # Groups of 2, 4 or 8 booleans are whole machine words: a group allows a choice iff its word is
-            # non-zero. An order of magnitude faster than any() over a short last axis (MultiBinary).
+            # non-zero: one comparison instead of any() over a short last axis (MultiBinary).
             numpy_word, torch_word = _WORD[self.groups[0]]
             if isinstance(rows, torch.Tensor):
                 return rows.contiguous().view(torch_word) != 0

@@ -30,8 +30,8 @@ def to_numpy(tensor: torch.Tensor) -> np.ndarray:
 def float_masks(masks: torch.Tensor) -> torch.Tensor:
     """sb3-contrib's float32 masks from bool ones, same shape.
 
-    Through numpy on the host (measured 6 us against torch's 15 us for 64 x 128), through uint8 elsewhere
-    (twice as fast as from bool).
+    Through numpy on the host (numpy's per-call cost is lower than torch's at minibatch sizes), through uint8
+    elsewhere (a bool-to-float cast is slower than a uint8-to-float one); docs/benchmarks.md has the figures.
 
     :param masks: bool masks, ``(B, mask_dims)``.
     :return: float32 masks, ``(B, mask_dims)``, on the same device.

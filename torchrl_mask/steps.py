@@ -29,6 +29,7 @@ __all__ = ["StepReader"]
 _NUMERIC = "biuf"  # numpy dtype kinds the storage takes: bool, signed and unsigned integers, floats
 _FLOATS = ("reward", "value", "log_prob")
 _BOOL = np.dtype(np.bool_)
+_REAL = frozenset((torch.float32, torch.float64, torch.float16))  # tensors numpy() takes as floats
 
 
 def _observation_name(path: tuple[str, ...]) -> str:
@@ -63,8 +64,17 @@ class StepReader:
         self.spec = spec
         self._stage = np.empty((3, n_envs), dtype=np.float32)  # reward, value, log_prob: one finite check
         self._stage_flat = self._stage.reshape(-1)
+        # The stage's rows, made once: reward, value and log_prob, each (n_envs,); value and log_prob also
+        # as (n_envs, 1), the shape SB3's value tensor comes in.
+        self._rows = (self._stage[0], self._stage[1], self._stage[2])
+        self._columns = (self._stage[1].reshape(n_envs, 1), self._stage[2].reshape(n_envs, 1))
+        self._value_column = self._columns[0]
         self._env_slot = (n_envs,)
+        self._column_slot = (n_envs, 1)
         self._mask_slot = (n_envs, spec.size)
+        self._obs = [
+            (index, slot, dtype) for index, (slot, dtype) in enumerate(zip(obs_slots, obs_dtypes, strict=True))
+        ]
         self._fits: dict[tuple[int, np.dtype], bool] = {}  # (leaf, input dtype): every value fits the leaf
 
     def read(
@@ -85,27 +95,32 @@ class StepReader:
         :param check_values: check the values (finite floats, valid actions, no integer wrap-around).
         :raises ValueError: the first problem found, naming the field and what it expected.
         """
-        arrays = []
-        for index, (item, slot, dtype) in enumerate(zip(obs_items, self.obs_slots, self.obs_dtypes, strict=True)):
-            array = item
-            if type(array) is not np.ndarray or array.shape != slot or array.dtype.kind not in _NUMERIC:
-                array = self._observation(index, item)
-            if check_values and array.dtype is not dtype:
-                self._check_fits(index, array)
-            arrays.append(array)
+        # An observation leaf of its slot's shape and of the leaf's own dtype needs no other test.
+        arrays = [
+            item if type(item) is np.ndarray and item.dtype is dtype and item.shape == slot else
+            self._observation(index, item, check_values)
+            for (index, slot, dtype), item in zip(self._obs, obs_items, strict=True)
+        ]  # fmt: skip
         action, reward, start, value, log_prob = fields
         if type(action) is not np.ndarray or action.shape != self.action_slot or action.dtype.kind not in _NUMERIC:
             action = self._array("action", action, self.action_slot)
         slot = self._env_slot
         if type(start) is not np.ndarray or start.shape != slot or start.dtype.kind not in _NUMERIC:
             start = self._array("episode_start", start, slot)
-        stage = self._stage
+        reward_row, value_row, log_prob_row = self._rows
         if type(reward) is not np.ndarray or reward.shape != slot or reward.dtype.kind not in _NUMERIC:
             reward = self._array("reward", reward, slot)
-        stage[0] = reward
-        stage[1] = self._row("value", value)
-        stage[2] = self._row("log_prob", log_prob)
-        if check_values and not math.isfinite(np.dot(self._stage_flat, self._stage_flat)):
+        reward_row[...] = reward
+        # SB3's value (n_envs, 1) and log_prob (n_envs,) CPU tensors, staged in one test each; else the slow path.
+        if type(value) is torch.Tensor and value.is_cpu and value.shape == self._column_slot and value.dtype in _REAL:
+            self._value_column[...] = value.detach().numpy() if value.requires_grad else value.numpy()
+        else:
+            self._stage_row(1, "value", value)
+        if type(log_prob) is torch.Tensor and log_prob.is_cpu and log_prob.shape == slot and log_prob.dtype in _REAL:
+            log_prob_row[...] = log_prob.detach().numpy() if log_prob.requires_grad else log_prob.numpy()
+        else:
+            self._stage_row(2, "log_prob", log_prob)
+        if check_values and not math.isfinite(np.vdot(self._stage_flat, self._stage_flat)):
             self._check_finite()  # not finite, or a sum of squares past float32's range: find out which
         masks: Any = True
         if action_masks is not None:
@@ -117,11 +132,12 @@ class StepReader:
             self.spec.check_actions(action, masks if check_masks and masks is not True else None)
         elif check_masks and masks is not True:
             self.spec.check(masks, self.n_envs)
-        arrays += [action, stage[0], start, stage[1], stage[2], masks]
+        arrays += [action, reward_row, start, value_row, log_prob_row, masks]
         return arrays
 
-    def _observation(self, index: int, item: Any) -> np.ndarray:
-        """The slow path of one observation leaf: converted, reshaped, or refused naming it."""
+    def _observation(self, index: int, item: Any, check_values: bool) -> np.ndarray:
+        """The slow path of one observation leaf: converted, reshaped, checked to fit (with ``check_values``),
+        or refused naming it."""
         where = _observation_name(self.obs_paths[index])
         slot = self.obs_slots[index]
         array = self._host(where, item)
@@ -135,6 +151,8 @@ class StepReader:
                 )
         if array.dtype.kind not in _NUMERIC:
             raise ValueError(f"{where} has dtype {array.dtype}; observations must be numbers (bool, int or float).")
+        if check_values and array.dtype is not self.obs_dtypes[index]:
+            self._check_fits(index, array)
         return array
 
     def _check_fits(self, index: int, array: np.ndarray) -> None:
@@ -156,13 +174,18 @@ class StepReader:
                 "would be stored wrapped around. Clip or rescale it, or pass check_values=False to skip this check."
             )
 
-    def _row(self, name: str, item: Any) -> np.ndarray:
-        """A value or log-probability as ``(n_envs,)``: SB3 passes CPU tensors, ``(n_envs, 1)`` or ``(n_envs,)``."""
+    def _stage_row(self, row: int, name: str, item: Any) -> None:
+        """Stage a value or log-probability: SB3 passes CPU tensors, ``(n_envs, 1)`` or ``(n_envs,)``."""
         if type(item) is torch.Tensor and item.is_cpu and not item.requires_grad:
             array = item.numpy()
-            if array.size == self.n_envs and array.dtype.kind in _NUMERIC:
-                return array.reshape(self._env_slot)
-        return self._array(name, item, self._env_slot)
+            if array.dtype.kind in _NUMERIC:
+                if array.shape == self._column_slot:
+                    self._columns[row - 1][...] = array
+                    return
+                if array.shape == self._env_slot:
+                    self._rows[row][...] = array
+                    return
+        self._rows[row][...] = self._array(name, item, self._env_slot)
 
     def _array(self, name: str, item: Any, slot: tuple[int, ...]) -> np.ndarray:
         """``item`` on the host in its slot's shape and of a numeric dtype, or a ValueError naming ``name``."""
@@ -206,46 +229,3 @@ class StepReader:
                     f"{name} for env {env} is {self._stage[_FLOATS.index(name), env]} as float32: rewards, values "
                     "and log-probabilities must be finite. Fix the env or policy, or pass check_values=False."
                 )
-
-
-def check_batch_values(
-    observations: Sequence[tuple[str, torch.Tensor, torch.dtype]],
-    floats: Sequence[tuple[str, torch.Tensor]],
-    actions: torch.Tensor,
-    masks: torch.Tensor | None,
-    spec: MaskSpec,
-    steps: int,
-) -> None:
-    """``extend()``'s value checks over a whole collector batch, in torch on the batch's device.
-
-    :param observations: ``(name, batch leaf, storage dtype)`` per observation leaf.
-    :param floats: ``(name, tensor)`` of the entries that must be finite (reward, values, log-probabilities).
-    :param actions: ``(n_envs * steps, n_groups)`` actions, one choice per mask group.
-    :param masks: ``(n_envs * steps, mask_dims)`` bool masks, or None to skip the allowed-by-mask check.
-    :param spec: the action space's mask layout.
-    :param steps: steps per env, to name a row as ``env e, step t``.
-    :raises ValueError: the first value that is not finite, does not fit its leaf, or is not a valid action.
-    """
-    for name, tensor, dtype in observations:
-        # Float and bool leaves take any number (bool as non-zero); a bool input fits any leaf.
-        fits_any = dtype.is_floating_point or torch.bool in (dtype, tensor.dtype)
-        if tensor.dtype != dtype and not fits_any and tensor.numel():
-            info = torch.iinfo(dtype)
-            wider = tensor.is_floating_point() or info.min > torch.iinfo(tensor.dtype).min
-            if wider or info.max < torch.iinfo(tensor.dtype).max:
-                low, high = tensor.min().item(), tensor.max().item()
-                if not (info.min <= low and high <= info.max):
-                    raise ValueError(
-                        f"Batch entry {name} holds {low if low < info.min else high!r}, which does not fit the "
-                        f"storage dtype {dtype} ({info.min} to {info.max}) and would be stored wrapped around. "
-                        "Clip or rescale it, or pass check_values=False to skip this check."
-                    )
-    for name, tensor in floats:
-        finite = torch.isfinite(tensor.reshape(-1, steps))
-        if not bool(finite.all()):
-            env, step = (int(i) for i in torch.nonzero(~finite)[0])
-            raise ValueError(
-                f"Batch entry {name} is {tensor.reshape(-1, steps)[env, step].item()} at env {env}, step {step}: "
-                "rewards, values and log-probabilities must be finite. Pass check_values=False to skip this check."
-            )
-    spec.check_actions(actions, masks, lambda row: f"env {row // steps}, step {row % steps}")

@@ -29,18 +29,17 @@ nesting (:data:`KEY_SEPARATOR`): the leaf ``"board/cells"`` of a Dict flattened 
 
 from __future__ import annotations
 
-import math
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
 from gymnasium import spaces
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict
 from tensordict.utils import NestedKey
 
 from torchrl_mask.masks import mask_spec
@@ -63,7 +62,6 @@ __all__ = [
     "action_shape",
     "allocate_rollout",
     "batch_observation_key",
-    "entries_from_batch",
     "observation_key",
     "observation_leaves",
     "torch_dtype",
@@ -291,118 +289,3 @@ def _memmap_rollout(rollout: TensorDict, memmap_dir: str | Path | None) -> Tenso
     # Open mappings stay valid after the unlink (POSIX); the folder goes when nothing uses the rollout.
     weakref.finalize(on_disk, shutil.rmtree, str(folder), ignore_errors=True)
     return on_disk
-
-
-def _env_major(batch: TensorDictBase, n_envs: int, buffer_size: int) -> TensorDictBase:
-    """A collector batch as ``(n_envs, buffer_size)``: as it comes, or a flat env-major batch reshaped."""
-    if ("collector", "mask") in batch.keys(True):
-        raise ValueError(
-            "The batch is split into padded trajectories (a collector with split_trajs=True); "
-            "extend() needs the steps as collected: create the collector with split_trajs=False."
-        )
-    shape = tuple(batch.batch_size)
-    if shape == (n_envs, buffer_size):
-        return batch
-    if shape == (n_envs * buffer_size,):
-        return batch.reshape(n_envs, buffer_size)
-    raise ValueError(
-        f"The batch has batch size {shape}, but this buffer holds n_envs={n_envs} envs times "
-        f"buffer_size={buffer_size} steps: give a batch of ({n_envs}, {buffer_size}) or ({n_envs * buffer_size},), "
-        "i.e. a buffer whose n_envs and buffer_size match the collector's envs and frames_per_batch."
-    )
-
-
-def entries_from_batch(
-    batch: TensorDictBase,
-    n_envs: int,
-    buffer_size: int,
-    *,
-    observation_paths: Sequence[tuple[str, ...]],
-    observation_shapes: Sequence[tuple[int, ...]],
-    action_shape: tuple[int, ...],
-    masks: Callable[[torch.Tensor, int, Callable[[int], str]], Any],
-    observation_keys: Sequence[NestedKey] | None = None,
-    reward_key: NestedKey = NEXT_REWARD,
-    episode_starts: torch.Tensor | np.ndarray | None = None,
-) -> tuple[list[torch.Tensor], dict[NestedKey, torch.Tensor]]:
-    """Read a TorchRL collector batch into the storage's entries, checking every one; nothing is written.
-
-    :param batch: ``(n_envs, buffer_size)`` or flat env-major ``(n_envs * buffer_size,)``; see
-        :meth:`torchrl_mask.MaskableRolloutBuffer.extend` for the keys read.
-    :param n_envs: envs of the storage.
-    :param buffer_size: steps per env of the storage.
-    :param observation_paths: the storage's observation leaves (:func:`observation_leaves`' keys).
-    :param observation_shapes: per-env shape of each observation leaf.
-    :param action_shape: per-env shape of a stored action (:func:`action_shape`).
-    :param masks: checks (or only reshapes) ``(rows, n_rows, row_label)`` masks into bool rows, e.g.
-        ``MaskSpec.check``.
-    :param observation_keys: the batch key of each observation leaf; None means ``"observation"`` for a
-        non-Dict space and the Dict's key paths at the top level (where TorchRL's ``GymWrapper`` puts them).
-    :param reward_key: where the reward is, ``(*B, 1)``.
-    :param episode_starts: whether each env's first step begins an episode, ``(n_envs,)``; read only when the
-        batch has no ``"is_init"``.
-    :return: ``(observation leaves, {storage key: tensor})``, each ``(n_envs, buffer_size, ...)``.
-    :raises ValueError: a size that does not fit, a missing key, an entry of the wrong size, rows that are not
-        one env's consecutive steps, or a mask that allows no action.
-    """
-    n, steps = n_envs, buffer_size
-    rows = _env_major(batch, n, steps)
-    leaf_names = str(["/".join(path) or OBSERVATION for path in observation_paths])
-    if observation_keys is None:
-        keys: list[NestedKey] = [batch_observation_key(path) for path in observation_paths]
-    else:
-        keys = list(observation_keys)
-        if len(keys) != len(observation_paths):
-            raise ValueError(
-                f"observation_keys has {len(keys)} keys but the observation space has {len(observation_paths)} "
-                f"leaves {leaf_names}: give one batch key per leaf, in that order."
-            )
-
-    def read(key: NestedKey, shape: tuple[int, ...] | None = None) -> torch.Tensor:
-        tensor = rows.get(key, None)
-        if tensor is None:
-            raise ValueError(f"The batch has no {key!r} entry; its keys are {sorted(map(str, rows.keys(True, True)))}.")
-        if shape is None:
-            return tensor
-        if tensor.numel() != n * steps * math.prod(shape):
-            raise ValueError(f"Batch entry {key!r} has shape {tuple(tensor.shape)}, expected {(n, steps, *shape)}.")
-        return tensor.reshape(n, steps, *shape)
-
-    obs = [read(key, shape) for key, shape in zip(keys, observation_shapes, strict=True)]
-    raw_masks = read(ACTION_MASK)
-    mask_rows = torch.as_tensor(
-        masks(raw_masks.reshape(n * steps, -1), n * steps, lambda row: f"env {row // steps}, step {row % steps}")
-    )
-    done = read(NEXT_DONE, (1,)).to(torch.bool)
-    terminated = read(NEXT_TERMINATED, (1,)).to(torch.bool)
-    if rows.get(IS_INIT, None) is not None:
-        is_init = read(IS_INIT, (1,))
-    elif episode_starts is not None:
-        first = torch.as_tensor(np.asarray(episode_starts)).reshape(n, 1, 1).to(done)
-        is_init = torch.cat([first, done[:, :-1]], dim=1)
-    else:
-        raise ValueError(
-            'The batch has no "is_init" entry and no episode_starts were given: append TorchRL\'s '
-            "InitTracker() to the env (masked_gym_env does), or pass episode_starts."
-        )
-    traj_ids = rows.get(("collector", "traj_ids"), None)
-    if traj_ids is not None:
-        ids = traj_ids.reshape(n, steps)
-        if not torch.equal(ids[:, 1:] != ids[:, :-1], done[:, :-1, 0].to(ids.device)):
-            raise ValueError(
-                "The batch rows are not each one env's consecutive steps (trajectory ids change where no "
-                "episode ended): pass the collector's batch as it comes, (n_envs, buffer_size) or flat "
-                "env-major, not split or shuffled."
-            )
-    entries: dict[NestedKey, torch.Tensor] = {
-        ACTION: read(ACTION, (math.prod(action_shape),)).reshape(n, steps, *action_shape),
-        ACTION_MASK: mask_rows.reshape(n, steps, -1),
-        IS_INIT: is_init,
-        VALUE: read(VALUE, (1,)),
-        LOG_PROB: read(LOG_PROB, (1,)).reshape(n, steps),
-        NEXT_REWARD: read(reward_key, (1,)),
-        NEXT_VALUE: read(NEXT_VALUE, (1,)),
-        NEXT_DONE: done,
-        NEXT_TERMINATED: terminated,
-    }
-    return obs, entries
