@@ -207,6 +207,7 @@ def _make_collector(config: TrainConfig, model: MaskablePPO, monitor_dir: Path) 
             makers, policy, frames_per_batch=frames, total_frames=-1, num_threads=config.threads
         )
         collector.set_seed(config.seed)
+        collector.reset()  # set_seed reseeds the envs but keeps the step (and mask) each worker holds: start anew
     else:  # seeded before the Collector resets it, so that the first episodes are seeded too
         envs = SerialEnv(config.n_envs, makers)
         envs.set_seed(config.seed)
