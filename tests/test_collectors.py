@@ -30,6 +30,7 @@ from collector_envs import (
     worker_children,
 )
 from gymnasium import spaces
+from sb3_contrib import MaskablePPO as SB3ContribMaskablePPO
 from sb3_contrib.common.envs import (
     InvalidActionEnvDiscrete,
     InvalidActionEnvMultiBinary,
@@ -39,15 +40,17 @@ from sb3_contrib.common.maskable import buffers as sb3c
 from stable_baselines3.common.callbacks import BaseCallback
 from tensordict import TensorDict
 from torchrl.collectors import Collector, MultiSyncCollector
-from torchrl.collectors.distributed import DistributedCollector
+from torchrl.collectors.distributed import DistributedCollector, DistributedSyncCollector
 
 from torchrl_mask import (
     ActionMaskInInfo,
     MaskablePolicyModule,
     MaskablePPO,
     MaskableRolloutBuffer,
+    learn_from_collector,
     masked_gym_env,
 )
+from torchrl_mask.workers import shutdown
 
 
 class PolicyWasTrained(BaseCallback):
@@ -350,4 +353,45 @@ def test_learns_from_a_distributed_collector_on_loopback() -> None:
     model.learn(192, callback=check, collector=collector)
     assert model.rollout_buffer.tensordict.batch_size == (2, 32)
     check.check(rollouts=3)
+    assert worker_children() == []
+
+
+# ------------------------------------------------------------------------------------------- refusals
+
+
+def test_learn_refuses_a_collector_without_masking_or_extend_and_leaves_it_untouched() -> None:
+    class SB3ContribBuffer(sb3c.MaskableRolloutBuffer):  # a user's subclass: it has no extend()
+        pass
+
+    plain = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=16, batch_size=16, policy_kwargs=SMALL)
+    theirs = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=16, batch_size=16, policy_kwargs=SMALL,
+                         rollout_buffer_class=SB3ContribBuffer)  # fmt: skip
+    collector = Collector(invalid_discrete_env, MaskablePolicyModule(plain.policy), frames_per_batch=16)
+    try:
+        with pytest.raises(ValueError, match="use_masking=False is not available with a collector"):
+            plain.learn(32, use_masking=False, collector=collector)
+        with pytest.raises(TypeError, match=r"needs torchrl_mask.s rollout buffer.*SB3ContribBuffer"):
+            theirs.learn(32, collector=collector)
+        with pytest.raises(TypeError, match=r"needs torchrl_mask\.MaskablePPO"):
+            learn_from_collector(SB3ContribMaskablePPO("MlpPolicy", invalid_discrete_env_gym()), collector, 32)
+        assert plain.num_timesteps == theirs.num_timesteps == 0
+        # nothing ran and nothing was shut down: the collector still collects, and learning from it works
+        plain.learn(32, collector=collector)
+        assert plain.num_timesteps == 32
+    finally:
+        collector.shutdown()
+
+
+@pytest.mark.slow
+def test_learn_refuses_a_distributed_sync_collector_naming_the_on_policy_one() -> None:
+    model = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=32, batch_size=64, policy_kwargs=SMALL)
+    collector = DistributedSyncCollector([invalid_discrete_env], MaskablePolicyModule(model.policy),
+                                         frames_per_batch=32, total_frames=1 << 20, launcher="mp", backend="gloo",
+                                         tcp_port=str(29300 + os.getpid() % 300))  # fmt: skip
+    try:
+        with pytest.raises(TypeError, match=r"DistributedCollector\(\.\.\., sync=True\)"):
+            model.learn(64, collector=collector)
+        assert model.num_timesteps == 0
+    finally:
+        shutdown(collector)  # TorchRL's own shutdown leaves this collector's workers running
     assert worker_children() == []

@@ -31,6 +31,7 @@ DEVELOPER_MODULES = {
     "benchmark_grid",
     "benchmark_report",
     "cli",
+    "collector_source",
     "minibatches",
     "rollouts",
     "sb3_arrays",

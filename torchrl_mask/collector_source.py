@@ -56,6 +56,8 @@ class CollectorRollout:
     :param reward_key: where the reward is in the batch, ``(*B, 1)``.
     :param batch_timeout: seconds that one batch (or one weight update) may take from worker processes before
         the silent workers are declared stuck; None waits forever.
+    :param use_masking: ``learn``'s ``use_masking``; it must be True (the default).
+    :raises ValueError: ``use_masking`` is False: the collector's policy always draws under the envs' masks.
     :raises TypeError: the collector is a ``DistributedSyncCollector`` (its batches lag the weights by one
         update), or the model's rollout buffer has no ``extend()``.
     """
@@ -67,7 +69,13 @@ class CollectorRollout:
         observation_keys: Sequence[NestedKey] | None = None,
         reward_key: NestedKey = st.NEXT_REWARD,
         batch_timeout: float | None = DEFAULT_BATCH_TIMEOUT,
+        use_masking: bool = True,
     ) -> None:
+        if not use_masking:
+            raise ValueError(
+                "use_masking=False is not available with a collector: its MaskablePolicyModule always draws "
+                "under the envs' masks. Drop use_masking, or learn from the VecEnv (collector=None)."
+            )
         if isinstance(collector, DistributedSyncCollector):
             raise TypeError(
                 "DistributedSyncCollector collects each batch before the last update's weights reach its workers "
@@ -91,20 +99,13 @@ class CollectorRollout:
         self._batches: Iterator[TensorDictBase] | None = None
         self._episode_starts: torch.Tensor | None = None
 
-    def collect(self, callback: BaseCallback, use_masking: bool = True) -> bool:
+    def collect(self, callback: BaseCallback) -> bool:
         """Fill the model's rollout buffer with the collector's next batch, as ``collect_rollouts`` does.
 
         :param callback: called at rollout start, once per collected step of all envs, and at rollout end.
-        :param use_masking: must be True: the collector's policy always draws under the envs' masks.
         :return: False if a callback stopped training, else True.
-        :raises ValueError: ``use_masking`` is False.
         :raises CollectorFailed: collection failed (the caller shuts the collector down).
         """
-        if not use_masking:
-            raise ValueError(
-                "use_masking=False is not available with a collector: its MaskablePolicyModule always draws "
-                "under the envs' masks. Drop use_masking, or learn from the VecEnv (collector=None)."
-            )
         model = self.model
         callback.on_rollout_start()
         batch = self._next_batch()
@@ -121,7 +122,7 @@ class CollectorRollout:
             dones, infos = steps.dones[:, n_steps], steps.infos(n_steps)
             callback.update_locals(
                 {"self": model, "callback": callback, "rollout_buffer": buffer, "n_rollout_steps": batch.shape[1],
-                 "use_masking": use_masking, "n_steps": n_steps, "batch": batch, "actions": steps.actions[:, n_steps],
+                 "use_masking": True, "n_steps": n_steps, "batch": batch, "actions": steps.actions[:, n_steps],
                  "rewards": steps.rewards[:, n_steps], "values": steps.values[:, n_steps],
                  "log_probs": steps.log_probs[:, n_steps], "action_masks": steps.masks[:, n_steps], "dones": dones,
                  "infos": infos}

@@ -121,13 +121,16 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         :return: this model.
         :raises CollectorFailed: collection failed; the collector is shut down and its workers are gone.
         :raises TypeError: a ``DistributedSyncCollector`` (off-policy by one update), or a rollout buffer
-            without ``extend()``.
+            without ``extend()``; refused before anything runs, the collector left as it was.
+        :raises ValueError: ``use_masking`` False with a collector (its policy always draws under the masks).
         """
         if collector is None:
             return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps,
                                  use_masking, progress_bar)  # fmt: skip
+        # Refused before anything starts (the collector is left as it was); from here on it is shut down.
+        source = CollectorRollout(self, collector, observation_keys, reward_key, batch_timeout, use_masking)
         try:
-            self._collector_rollout = CollectorRollout(self, collector, observation_keys, reward_key, batch_timeout)
+            self._collector_rollout = source
             with orphan_guard(collector):
                 return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps,
                                      use_masking, progress_bar)  # fmt: skip
@@ -157,7 +160,7 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         # rollout as sb3-contrib's without its per-step mask round trip where torchrl_mask.rollouts can read the
         # masks; else sb3-contrib's own.
         if self._collector_rollout is not None:
-            return self._collector_rollout.collect(callback, use_masking)
+            return self._collector_rollout.collect(callback)
         source = fast_rollout(self, env, use_masking, rollout_buffer)
         if source is None:
             return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps, use_masking)
