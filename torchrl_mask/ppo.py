@@ -4,6 +4,8 @@ Change one import, ``from sb3_contrib import MaskablePPO`` to ``from torchrl_mas
 constructor, ``learn``, ``predict(..., action_masks=...)``, ``save``/``load``, callbacks and policies are
 sb3-contrib's own. Under one seed it learns the same parameters.
 
+``learn(total_timesteps, collector=collector)`` takes each rollout from a TorchRL collector instead of the VecEnv
+(:mod:`torchrl_mask.collector_source`), inside sb3-contrib's own ``learn`` loop. Without a collector,
 ``collect_rollouts`` takes a rollout source from :mod:`torchrl_mask.rollouts`: the fast VecEnv path for
 sb3-contrib's stock policies on a ``DummyVecEnv`` or ``SubprocVecEnv`` (masks read without a per-step
 ``env_method`` round trip, from an ``action_masks()`` method, a Dict observation entry or ``info["action_mask"]``;
