@@ -350,6 +350,7 @@ def test_a_model_saved_by_one_library_loads_in_the_other_with_identical_paramete
     loaded.learn(32)  # and training goes on
 
 
+@pytest.mark.slow  # starts processes: kept out of make test-fast
 def test_sb3_contrib_loads_our_saved_model_where_torchrl_mask_is_not_installed(tmp_path: Path) -> None:
     model = train(MaskablePPO, make_venv("discrete", "dict", 1), "MultiInputPolicy", iterations=1)
     model.save(tmp_path / "model.zip")
