@@ -395,3 +395,21 @@ def test_learn_refuses_a_distributed_sync_collector_naming_the_on_policy_one() -
     finally:
         shutdown(collector)  # TorchRL's own shutdown leaves this collector's workers running
     assert worker_children() == []
+
+
+@pytest.mark.slow
+def test_a_second_learn_on_the_same_collector_continues_its_batches_with_the_weights_just_trained() -> None:
+    """learn(..., shutdown=False) then learn(..., reset_num_timesteps=False): the second learn continues the
+    collector's batch stream (TorchRL ends the workers when the iterator driving them is dropped)."""
+    model = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=32, batch_size=64, n_epochs=2,
+                        learning_rate=3e-3, policy_kwargs=SMALL, seed=0)  # fmt: skip
+    collector = MultiSyncCollector([invalid_discrete_env] * 2, MaskablePolicyModule(model.policy), frames_per_batch=64)
+    check = PolicyWasTrained()
+    try:
+        model.learn(128, callback=check, collector=collector, shutdown=False)
+        model.learn(128, callback=check, collector=collector, reset_num_timesteps=False)
+    finally:
+        shutdown(collector)
+    assert model.num_timesteps == 256
+    check.check(rollouts=4)  # the third rollout, the first of the second learn, too
+    assert worker_children() == []

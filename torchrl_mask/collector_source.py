@@ -57,6 +57,9 @@ class CollectorRollout:
     :param batch_timeout: seconds that one batch (or one weight update) may take from worker processes before
         the silent workers are declared stuck; None waits forever.
     :param use_masking: ``learn``'s ``use_masking``; it must be True (the default).
+    :param previous: the source of an earlier ``learn`` left running (``shutdown=False``); over the same
+        collector, its batch stream and episode starts are continued (TorchRL ends a collector's workers when
+        the iterator that drives them is dropped).
     :raises ValueError: ``use_masking`` is False: the collector's policy always draws under the envs' masks.
     :raises TypeError: the collector is a ``DistributedSyncCollector`` (its batches lag the weights by one
         update), or the model's rollout buffer has no ``extend()``.
@@ -70,6 +73,7 @@ class CollectorRollout:
         reward_key: NestedKey = st.NEXT_REWARD,
         batch_timeout: float | None = DEFAULT_BATCH_TIMEOUT,
         use_masking: bool = True,
+        previous: CollectorRollout | None = None,
     ) -> None:
         if not use_masking:
             raise ValueError(
@@ -98,6 +102,8 @@ class CollectorRollout:
         self.batch_timeout = batch_timeout
         self._batches: Iterator[TensorDictBase] | None = None
         self._episode_starts: torch.Tensor | None = None
+        if previous is not None and previous.collector is collector:
+            self._batches, self._episode_starts = previous._batches, previous._episode_starts
 
     def collect(self, callback: BaseCallback) -> bool:
         """Fill the model's rollout buffer with the collector's next batch, as ``collect_rollouts`` does.
@@ -135,11 +141,11 @@ class CollectorRollout:
 
     def _next_batch(self) -> TensorDictBase:
         """The weights just trained sent to the workers, then the next batch as ``(n_envs, T)``."""
+        # Also before the first batch: a collector kept from an earlier learn() holds the weights before its last
+        # train(); for a fresh one the model's weights are the ones it was built with, and sending them is cheap.
+        guarded(self.collector.update_policy_weights_, self.collector, "sending the new weights", self.batch_timeout)
         if self._batches is None:
             self._batches = iter(self.collector)
-        else:  # the first batch is collected with the weights the collector was built with: the model's own
-            guarded(self.collector.update_policy_weights_, self.collector, "sending the new weights",
-                    self.batch_timeout)  # fmt: skip
         batches = self._batches
         batch = guarded(lambda: next(batches), self.collector, "collecting a batch", self.batch_timeout)
         if batch.ndim == 1:

@@ -64,7 +64,8 @@ class MaskablePPO(_SB3ContribMaskablePPO):
     ``learn(..., collector=...)`` takes the rollouts from a TorchRL collector instead of the VecEnv.
     """
 
-    _collector_rollout: CollectorRollout | None = None
+    _collector_rollout: CollectorRollout | None = None  # the source while learn(collector=...) runs
+    _kept_collector_rollout: CollectorRollout | None = None  # after learn(..., shutdown=False), for the next learn
 
     def _setup_model(self) -> None:
         # sb3-contrib's hook: it honours rollout_buffer_class, so choosing ours is all this class does.
@@ -119,7 +120,8 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         :param reward_key: where the reward is in a collector batch, ``(*B, 1)``.
         :param batch_timeout: seconds one batch (or weight update) may take from worker processes before the
             silent workers are declared stuck and killed; None waits forever.
-        :param shutdown: shut the collector down when done.
+        :param shutdown: shut the collector down when done; with False, a later ``learn`` on the same collector
+            continues its batches (e.g. ``learn(..., reset_num_timesteps=False)`` in a loop).
         :return: this model.
         :raises CollectorFailed: collection failed; the collector is shut down and its workers are gone.
         :raises TypeError: a ``DistributedSyncCollector`` (off-policy by one update), or a rollout buffer
@@ -130,7 +132,9 @@ class MaskablePPO(_SB3ContribMaskablePPO):
             return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps,
                                  use_masking, progress_bar)  # fmt: skip
         # Refused before anything starts (the collector is left as it was); from here on it is shut down.
-        source = CollectorRollout(self, collector, observation_keys, reward_key, batch_timeout, use_masking)
+        source = CollectorRollout(self, collector, observation_keys, reward_key, batch_timeout, use_masking,
+                                  previous=self._kept_collector_rollout)  # fmt: skip
+        self._kept_collector_rollout = None
         try:
             self._collector_rollout = source
             with orphan_guard(collector):
@@ -140,6 +144,8 @@ class MaskablePPO(_SB3ContribMaskablePPO):
             self._collector_rollout = None
             if shutdown:
                 shutdown_collector(collector)
+            else:  # a later learn() on this collector continues its batches
+                self._kept_collector_rollout = source
 
     def collect_rollouts(
         self,
@@ -170,4 +176,4 @@ class MaskablePPO(_SB3ContribMaskablePPO):
 
     def _excluded_save_params(self) -> list[str]:
         # The VecEnv mask reader belongs to the env, which is not saved either.
-        return [*super()._excluded_save_params(), "_vec_env_masks", "_collector_rollout"]
+        return [*super()._excluded_save_params(), "_vec_env_masks", "_collector_rollout", "_kept_collector_rollout"]
