@@ -122,9 +122,11 @@ class BoardSpaces(gym.Env):
 
 
 def worker_children() -> list[psutil.Process]:
-    """Child processes, less multiprocessing's resource tracker (it lives as long as this process)."""
+    """Child processes, less multiprocessing's resource tracker and forkserver (SubprocVecEnv starts one): they
+    live as long as this process."""
     children = psutil.Process().children(recursive=True)
-    return [c for c in children if c.is_running() and "resource_tracker" not in " ".join(c.cmdline())]
+    lifelong = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+    return [c for c in children if c.is_running() and not any(name in " ".join(c.cmdline()) for name in lifelong)]
 
 
 class DictWithMask(gym.ObservationWrapper):
