@@ -23,7 +23,8 @@ test: setup
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
-# The tests without the slow ones (learning runs, the docs build that executes the tutorials).
+# The tests without the slow ones (learning runs, tests that start processes, the docs build that executes the
+# tutorials).
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"
 

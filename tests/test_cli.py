@@ -188,6 +188,7 @@ def taxi_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Compl
     return run_cli("train", *SMALL, "--out", str(out)), out
 
 
+@pytest.mark.slow  # starts processes: kept out of make test-fast
 @pytest.mark.parametrize("case", sorted(BAD_INPUT))
 def test_bad_input_prints_one_line_with_the_fix_exits_2_and_writes_nothing(
     case: str, bad_input_runs: dict[str, subprocess.CompletedProcess[str]], bad_files: Path
@@ -282,6 +283,7 @@ def test_train_from_a_multiprocess_torchrl_collector(tmp_path: Path) -> None:
         assert image.size[0] >= 800
 
 
+@pytest.mark.slow  # starts processes: kept out of make test-fast
 def test_output_into_a_read_only_folder_is_one_line_exit_2_and_writes_nothing() -> None:
     # root writes through permission bits: as root the command runs as nobody, as an unprivileged user would.
     as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
@@ -303,6 +305,7 @@ def test_output_into_a_read_only_folder_is_one_line_exit_2_and_writes_nothing() 
         assert list(read_only.iterdir()) == []
 
 
+@pytest.mark.slow  # starts processes: kept out of make test-fast
 def test_console_script_shows_help_with_rl_zoo_options_and_each_default_once() -> None:
     run = subprocess.run([TORCHRL_MASK, "train", "--help"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr

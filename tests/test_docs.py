@@ -33,6 +33,7 @@ DEVELOPER_MODULES = {
     "batches",
     "cli",
     "config",
+    "collector_source",
     "minibatches",
     "observations",
     "results",

@@ -99,6 +99,7 @@ print("ok", torchrl_mask.__version__)
 """
 
 
+@pytest.mark.slow  # starts processes: kept out of make test-fast
 def test_wheel_installs_into_a_fresh_venv_and_learns(tmp_path: Path) -> None:
     build = subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"), str(REPO)],

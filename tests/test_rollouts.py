@@ -200,6 +200,7 @@ def test_fast_path_on_multidiscrete_actions_learns_sb3_contribs_parameters(monke
     assert_same_parameters(ref, ours)
 
 
+@pytest.mark.slow  # starts processes: kept out of make test-fast
 @pytest.mark.parametrize("convention", ["method", "info"])
 def test_subproc_vec_env_fast_path_learns_sb3_contribs_parameters(
     convention: str, monkeypatch: pytest.MonkeyPatch

@@ -140,6 +140,7 @@ def test_a_memmap_folder_goes_with_its_buffer_and_a_named_folder_stays(tmp_path)
     assert [path.name for path in (tmp_path / "rollouts").iterdir()] == ["mine.txt"]
 
 
+@pytest.mark.slow  # starts processes: kept out of make test-fast
 def test_default_memmap_folders_are_removed_at_exit_also_after_maskableppo_load(tmp_path):
     import os
     import subprocess

@@ -19,8 +19,9 @@ import gymnasium as gym
 import psutil
 import pytest
 import torch
-from test_collectors import SMALL, TAXI, taxi_env, worker_children
-from torchrl.collectors import MultiSyncCollector
+from collector_envs import SMALL, TAXI, exploding_env, taxi_env, worker_children
+from stable_baselines3.common.callbacks import BaseCallback
+from torchrl.collectors import Collector, MultiSyncCollector
 
 from torchrl_mask import CollectorFailed, MaskablePolicyModule, MaskablePPO, learn_from_collector, masked_gym_env
 
@@ -190,3 +191,59 @@ def test_workers_do_not_outlive_a_killed_learner(tmp_path: Path) -> None:
     while alive(pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert alive(pids) == []
+
+
+# ------------------------------------------------------------------------------------------- failure
+
+
+class KillWorker(BaseCallback):
+    """Kills collector worker 0 as the second rollout starts, i.e. while the collector gathers it."""
+
+    def __init__(self, collector: MultiSyncCollector) -> None:
+        super().__init__()
+        self.collector = collector
+        self.killed_at: float | None = None
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_start(self) -> None:
+        if self.model.num_timesteps > 0 and self.killed_at is None:
+            os.kill(self.collector.procs[0].pid, signal.SIGKILL)
+            self.killed_at = time.monotonic()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_killed_worker_raises_a_clear_error_promptly_and_leaves_no_process() -> None:
+    model = MaskablePPO("MlpPolicy", gym.make(TAXI), n_steps=32, batch_size=64, policy_kwargs=SMALL)
+    collector = MultiSyncCollector([taxi_env] * 2, MaskablePolicyModule(model.policy), frames_per_batch=64)
+    worker_pids = [proc.pid for proc in collector.procs]
+    kill = KillWorker(collector)
+    # Our watcher ("worker 0 (pid N) was killed by signal 9") or TorchRL's own check ("worker 0 (exit code -9)").
+    with pytest.raises(CollectorFailed, match=r"worker 0 \(.*(killed by signal 9|exit code -9)"):
+        model.learn(10_000, callback=kill, collector=collector)
+    assert kill.killed_at is not None
+    assert time.monotonic() - kill.killed_at < 60  # a bound on a hang, not a speed claim
+    assert worker_children() == []
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie" for pid in worker_pids)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_env_that_raises_in_a_worker_gives_a_clear_error_and_leaves_no_process() -> None:
+    model = MaskablePPO("MlpPolicy", gym.make(TAXI), n_steps=32, batch_size=64, policy_kwargs=SMALL)
+    collector = MultiSyncCollector([taxi_env, exploding_env], MaskablePolicyModule(model.policy), frames_per_batch=64)
+    # Whichever sees it first, our watcher or TorchRL itself, the error names the worker, its exit code and
+    # the exception its env raised.
+    with pytest.raises(CollectorFailed, match=r"worker 1 \(.*exited with code 1: it raised ValueError: the env broke"):
+        model.learn(10_000, collector=collector)
+    assert worker_children() == []
+
+
+def test_env_that_raises_in_process_is_reported_with_its_own_error() -> None:
+    model = MaskablePPO("MlpPolicy", gym.make(TAXI), n_steps=32, batch_size=32, policy_kwargs=SMALL)
+    collector = Collector(exploding_env, MaskablePolicyModule(model.policy), frames_per_batch=32)
+    with pytest.raises(CollectorFailed, match=r"collecting a batch.*the env broke on its 40th step") as info:
+        model.learn(1_000, collector=collector)
+    assert isinstance(info.value.__cause__, ValueError)

@@ -4,6 +4,8 @@ Change one import, ``from sb3_contrib import MaskablePPO`` to ``from torchrl_mas
 constructor, ``learn``, ``predict(..., action_masks=...)``, ``save``/``load``, callbacks and policies are
 sb3-contrib's own. Under one seed it learns the same parameters.
 
+``learn(total_timesteps, collector=collector)`` takes each rollout from a TorchRL collector instead of the VecEnv
+(:mod:`torchrl_mask.collector_source`), inside sb3-contrib's own ``learn`` loop. Without a collector,
 ``collect_rollouts`` takes a rollout source from :mod:`torchrl_mask.rollouts`: the fast VecEnv path for
 sb3-contrib's stock policies on a ``DummyVecEnv`` or ``SubprocVecEnv`` (masks read without a per-step
 ``env_method`` round trip, from an ``action_masks()`` method, a Dict observation entry or ``info["action_mask"]``;
@@ -28,8 +30,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 from gymnasium import spaces
@@ -37,14 +39,22 @@ from sb3_contrib import MaskablePPO as _SB3ContribMaskablePPO
 from sb3_contrib.common.maskable import buffers as sb3c_buffers
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.type_aliases import GymEnv
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
+from tensordict.utils import NestedKey
+from torchrl.collectors import BaseCollector
 
+from torchrl_mask import storage as st
 from torchrl_mask.buffers import MaskableDictRolloutBuffer, MaskableRolloutBuffer
+from torchrl_mask.collector_source import DEFAULT_BATCH_TIMEOUT, CollectorRollout
 from torchrl_mask.nested import flatten_nested_env, flatten_observation
 from torchrl_mask.rollouts import fast_rollout
+from torchrl_mask.workers import orphan_guard
+from torchrl_mask.workers import shutdown as shutdown_collector
 
 __all__ = ["MaskablePPO"]
+
+_Self = TypeVar("_Self", bound="MaskablePPO")
 
 
 class MaskablePPO(_SB3ContribMaskablePPO):
@@ -62,7 +72,12 @@ class MaskablePPO(_SB3ContribMaskablePPO):
     (``"board/cells"``), ``"MultiInputPolicy"`` is SB3's ``CombinedExtractor`` over its leaves, and the rollout
     stores them under nested keys (``("observation", "board", "cells")``). Give an SB3 ``VecEnv`` of such envs
     the wrapper yourself: ``make_vec_env(..., wrapper_class=FlattenNestedDict)``.
+
+    ``learn(..., collector=...)`` takes the rollouts from a TorchRL collector instead of the VecEnv.
     """
+
+    _collector_rollout: CollectorRollout | None = None  # the source while learn(collector=...) runs
+    _kept_collector_rollout: CollectorRollout | None = None  # after learn(..., shutdown=False), for the next learn
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
@@ -103,6 +118,75 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         # loads in sb3-contrib where torchrl_mask is not installed.
         self.rollout_buffer_class = requested
 
+    def learn(  # type: ignore[override]
+        self: _Self,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str = "MaskablePPO",
+        reset_num_timesteps: bool = True,
+        use_masking: bool = True,
+        progress_bar: bool = False,
+        *,
+        collector: BaseCollector | None = None,
+        observation_keys: Sequence[NestedKey] | None = None,
+        reward_key: NestedKey = st.NEXT_REWARD,
+        batch_timeout: float | None = DEFAULT_BATCH_TIMEOUT,
+        shutdown: bool = True,
+    ) -> _Self:
+        """sb3-contrib's ``learn``; with ``collector``, each rollout is one batch of that TorchRL collector.
+
+        The loop, callbacks, logger, progress bar, ``num_timesteps`` and ``ep_info_buffer`` are sb3-contrib's
+        own on both paths. With a collector (see :mod:`torchrl_mask.collector_source`), each rollout sends the
+        weights just trained to the collector, takes one batch ``(n_envs, T)`` (the rollout buffer is re-made
+        with that shape on the first batch, so ``n_steps`` is the collector's ``T``), fills the buffer with
+        ``extend`` (GAE with TorchRL's truncation handling) and calls ``on_step`` once per collected step of
+        all envs. ``self.env`` is then used for its spaces only, not stepped. The collector is shut down at the
+        end, also on an error or ``KeyboardInterrupt``, unless ``shutdown`` is False; if this process is killed,
+        a watcher process kills the collector's workers.
+
+        :param total_timesteps: env steps to train on, counted as SB3 counts them.
+        :param callback: SB3 callback(s).
+        :param log_interval: iterations between logger dumps.
+        :param tb_log_name: name of the TensorBoard run.
+        :param reset_num_timesteps: start ``num_timesteps`` from 0 (else continue the count).
+        :param use_masking: draw actions under the envs' masks (must be True with a collector).
+        :param progress_bar: SB3's progress bar (tqdm and rich).
+        :param collector: a TorchRL collector running :class:`~torchrl_mask.MaskablePolicyModule` over
+            ``self.policy`` (``Collector``, ``MultiSyncCollector``, ``DistributedCollector(sync=True)``:
+            on-policy); None steps ``self.env``.
+        :param observation_keys: the batch key of each observation leaf; None takes them from the collector's
+            :class:`~torchrl_mask.MaskablePolicyModule`.
+        :param reward_key: where the reward is in a collector batch, ``(*B, 1)``.
+        :param batch_timeout: seconds one batch (or weight update) may take from worker processes before the
+            silent workers are declared stuck and killed; None waits forever.
+        :param shutdown: shut the collector down when done; with False, a later ``learn`` on the same collector
+            continues its batches (e.g. ``learn(..., reset_num_timesteps=False)`` in a loop).
+        :return: this model.
+        :raises CollectorFailed: collection failed; the collector is shut down and its workers are gone.
+        :raises TypeError: a ``DistributedSyncCollector`` (off-policy by one update), or a rollout buffer
+            without ``extend()``; refused before anything runs, the collector left as it was.
+        :raises ValueError: ``use_masking`` False with a collector (its policy always draws under the masks).
+        """
+        if collector is None:
+            return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps,
+                                 use_masking, progress_bar)  # fmt: skip
+        # Refused before anything starts (the collector is left as it was); from here on it is shut down.
+        source = CollectorRollout(self, collector, observation_keys, reward_key, batch_timeout, use_masking,
+                                  previous=self._kept_collector_rollout)  # fmt: skip
+        self._kept_collector_rollout = None
+        try:
+            self._collector_rollout = source
+            with orphan_guard(collector):
+                return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps,
+                                     use_masking, progress_bar)  # fmt: skip
+        finally:
+            self._collector_rollout = None
+            if shutdown:
+                shutdown_collector(collector)
+            else:  # a later learn() on this collector continues its batches
+                self._kept_collector_rollout = source
+
     def collect_rollouts(
         self,
         env: VecEnv,
@@ -120,8 +204,11 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         :param use_masking: draw actions under the envs' masks.
         :return: False if a callback stopped the rollout, else True.
         """
-        # Overridden for speed only: the same rollout without sb3-contrib's per-step mask round trip and
-        # distribution objects, where torchrl_mask.rollouts can read the masks; sb3-contrib's own path otherwise.
+        # Overridden to choose the rollout source: a collector given to learn(); else, for speed, the same
+        # rollout as sb3-contrib's without its per-step mask round trip where torchrl_mask.rollouts can read the
+        # masks; else sb3-contrib's own.
+        if self._collector_rollout is not None:
+            return self._collector_rollout.collect(callback)
         source = fast_rollout(self, env, use_masking, rollout_buffer)
         if source is None:
             return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps, use_masking)
@@ -129,4 +216,4 @@ class MaskablePPO(_SB3ContribMaskablePPO):
 
     def _excluded_save_params(self) -> list[str]:
         # The VecEnv mask reader belongs to the env, which is not saved either.
-        return [*super()._excluded_save_params(), "_vec_env_masks"]
+        return [*super()._excluded_save_params(), "_vec_env_masks", "_collector_rollout", "_kept_collector_rollout"]

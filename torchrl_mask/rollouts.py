@@ -14,6 +14,9 @@
   or distribution, a forward hook on the policy or a global one, ``use_masking=False``, gSDE, another VecEnv type
   (a ``VecEnvWrapper`` included), an env whose masks cannot be found.
 
+The third source, a TorchRL collector given to ``learn(..., collector=...)``, is
+:class:`~torchrl_mask.collector_source.CollectorRollout`: one collector batch per ``collect_rollouts`` call.
+
 Example:
     >>> from sb3_contrib.common.envs import InvalidActionEnvDiscrete
     >>> from torchrl_mask import MaskablePPO

@@ -1,0 +1,153 @@
+"""Real masked envs and checks shared by the collector tests (test_envs, test_policy, test_collectors,
+test_workers). Worker processes import the env factories from here, so they live in a module, not a test file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import psutil
+import torch
+from gymnasium import spaces
+from sb3_contrib.common.envs import InvalidActionEnvDiscrete
+from torchrl.envs import Compose, InitTracker, RenameTransform, SerialEnv, TransformedEnv
+from torchrl.envs.custom import TicTacToeEnv
+
+from torchrl_mask import masked_gym_env
+from torchrl_mask.masks import mask_spec
+
+TAXI = "Taxi-v4"  # gymnasium 1.4 retired Taxi-v3; v4 keeps info["action_mask"]
+SMALL = {"net_arch": [16]}
+
+
+def allowed(action: torch.Tensor, mask: torch.Tensor, action_space: spaces.Space) -> torch.Tensor:
+    """Whether each action is allowed by its mask row: ``(*B,)`` bool, for any maskable action space."""
+    groups = mask_spec(action_space).groups
+    offsets = torch.tensor(np.cumsum((0, *groups[:-1])))
+    index = action.reshape(*mask.shape[:-1], len(groups)).long() + offsets
+    return mask.gather(-1, index).all(-1)
+
+
+class StrictMask(gym.Wrapper):
+    """Raises in ``step`` if the action is one the env's own mask forbids: the env checks, not the test."""
+
+    def __init__(self, env: gym.Env, source: str) -> None:
+        super().__init__(env)
+        self.source = source
+        self.mask: np.ndarray | None = None
+
+    def _read(self, info: dict[str, Any]) -> None:
+        mask = self.env.get_wrapper_attr("action_masks")() if self.source == "method" else info["action_mask"]
+        self.mask = np.asarray(mask, dtype=bool).ravel()
+
+    def reset(self, **kwargs: Any) -> Any:
+        obs, info = self.env.reset(**kwargs)
+        self._read(info)
+        return obs, info
+
+    def step(self, action: Any) -> Any:
+        assert self.mask is not None
+        ok = allowed(torch.as_tensor(np.asarray(action)), torch.from_numpy(self.mask), self.action_space)
+        if not bool(ok):
+            raise AssertionError(f"invalid action {action} taken under mask {self.mask.astype(int)}")
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._read(info)
+        return obs, reward, terminated, truncated, info
+
+
+class MaskInObservation(gym.ObservationWrapper):
+    """PettingZoo's convention: ``{"observation": obs, "action_mask": mask}``."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        size = mask_spec(env.action_space).size
+        self.observation_space = spaces.Dict(
+            {"observation": env.observation_space, "action_mask": spaces.MultiBinary(size)}
+        )
+
+    def observation(self, observation: Any) -> dict[str, Any]:
+        mask = np.asarray(self.env.get_wrapper_attr("action_masks")(), dtype=np.int8)
+        return {"observation": observation, "action_mask": mask}
+
+
+def taxi_env() -> Any:
+    torch.set_num_threads(1)
+    return masked_gym_env(StrictMask(gym.make(TAXI), "info"))
+
+
+def invalid_discrete_env() -> Any:
+    torch.set_num_threads(1)
+    return masked_gym_env(StrictMask(InvalidActionEnvDiscrete(dim=8, n_invalid_actions=5), "method"))
+
+
+def two_invalid_discrete_envs() -> Any:
+    """A worker's batched env: two masked envs in one TorchRL SerialEnv, one policy call for both."""
+    torch.set_num_threads(1)
+    return SerialEnv(2, invalid_discrete_env)
+
+
+def exploding_env() -> Any:
+    torch.set_num_threads(1)
+    return masked_gym_env(Explodes(gym.make(TAXI)))
+
+
+class Explodes(gym.Wrapper):
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.steps = 0
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        if self.steps == 40:
+            raise ValueError("the env broke on its 40th step")
+        return self.env.step(action)
+
+
+def tictactoe_env() -> TransformedEnv:
+    """TorchRL's own masked env: its "mask" renamed to "action_mask", player 0's reward as "reward"."""
+    rename = RenameTransform(["mask", ("player0", "reward")], ["action_mask", "reward"], create_copy=True)
+    return TransformedEnv(TicTacToeEnv(single_player=True), Compose(rename, InitTracker()))
+
+
+class BoardSpaces(gym.Env):
+    """TicTacToe's spaces for the SB3 model, which needs an env to read them from (it is never stepped)."""
+
+    observation_space = spaces.Box(-1, 1, (3, 3), np.int32)
+    action_space = spaces.Discrete(9)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        return np.zeros((3, 3), np.int32), {}
+
+
+def worker_children() -> list[psutil.Process]:
+    """Child processes, less multiprocessing's resource tracker and forkserver (SubprocVecEnv starts one): they
+    live as long as this process."""
+    children = psutil.Process().children(recursive=True)
+    lifelong = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+    return [c for c in children if c.is_running() and not any(name in " ".join(c.cmdline()) for name in lifelong)]
+
+
+class DictWithMask(gym.ObservationWrapper):
+    """A two-entry Dict observation with the mask inside it: ``{"position", "clock", "action_mask"}``."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        size = mask_spec(env.action_space).size
+        self.observation_space = spaces.Dict(
+            {
+                "position": env.observation_space,
+                "clock": spaces.Box(0.0, 1.0, (1,), np.float32),
+                "action_mask": spaces.MultiBinary(size),
+            }
+        )
+
+    def observation(self, observation: Any) -> dict[str, Any]:
+        mask = np.asarray(self.env.get_wrapper_attr("action_masks")(), dtype=np.int8)
+        clock = np.array([self.env.unwrapped.current_step / 100], np.float32)
+        return {"position": observation, "clock": clock, "action_mask": mask}
+
+
+def invalid_discrete_env_gym() -> gym.Env:
+    return InvalidActionEnvDiscrete(dim=8, n_invalid_actions=5)
