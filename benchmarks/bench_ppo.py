@@ -15,7 +15,7 @@ Both libraries run in this process on identical env stacks and hyper-parameters,
 each round (ABBA), so that drift in machine load hits both alike. Reported per workload: the median seconds per
 ``learn`` call of each, split into rollout collection and the rest (mostly ``train``), and the median of the
 per-round speed-ups (sb3-contrib time / torchrl_mask time; above 1 means torchrl_mask is faster). The two runs of
-a round use one seed and torchrl_mask uses ``gae_method="loop"``, so they must learn bit-identical parameters;
+a round use one seed and both use their defaults, so they must learn bit-identical parameters;
 the benchmark checks that, so it never times two different computations.
 
 Run: ``python benchmarks/bench_ppo.py`` (a few minutes); ``--help`` for the knobs.
@@ -156,7 +156,6 @@ def time_learn(
     """
     env = make_vec_env(workload, args)
     try:
-        extra = {"rollout_buffer_kwargs": {"gae_method": "loop"}} if name == "torchrl_mask" else {}
         model = ALGORITHMS[name](
             "MultiInputPolicy" if WORKLOADS[workload][2] else "MlpPolicy",
             env,
@@ -166,7 +165,6 @@ def time_learn(
             seed=args.seed,
             policy_kwargs={"net_arch": [64, 64]},
             device="cpu",
-            **extra,
         )
         timer = _PhaseTimer()
         start, cpu_start = time.perf_counter(), time.process_time()
