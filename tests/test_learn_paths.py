@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from collector_envs import SMALL, invalid_discrete_env_gym, two_invalid_discrete_envs
 from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
 from stable_baselines3.common.callbacks import BaseCallback, ProgressBarCallback, StopTrainingOnMaxEpisodes
@@ -27,15 +26,6 @@ from torchrl_mask import MaskablePolicyModule, MaskablePPO
 
 PATHS = ["vecenv", "collector"]
 N_ENVS, N_STEPS = 2, 64
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Any:
-    """Tiny networks on a shared CPU: intra-op threads only add contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def learn(path: str, total: int, callback: Any = None, logger_dir: Path | None = None) -> MaskablePPO:

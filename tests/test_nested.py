@@ -76,14 +76,6 @@ class BoardEnv(gym.Env):
         return self._cells == 0
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Any:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def parameters(model: Any) -> dict[str, torch.Tensor]:
     return {key: value.detach().clone() for key, value in model.policy.state_dict().items()}
 

@@ -43,15 +43,6 @@ LIBRARIES = {"sb3-contrib": SB3ContribMaskablePPO, "torchrl_mask": MaskablePPO}
 TINY_MLP = {"net_arch": [16]}
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Any:
-    """Tiny networks on a shared CPU: intra-op threads only add contention (several times slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # --------------------------------------------------------------------------------------------------- envs
 
 

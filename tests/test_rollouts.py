@@ -24,7 +24,6 @@ from sb3_contrib.common.wrappers import ActionMasker
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
-from test_ppo import one_torch_thread  # noqa: F401  (autouse: one torch thread, as in test_ppo)
 
 from torchrl_mask import MaskableDictRolloutBuffer, MaskablePPO, MaskableRolloutBuffer
 from torchrl_mask import storage as st
