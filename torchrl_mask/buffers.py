@@ -53,7 +53,7 @@ __all__ = [
 
 
 class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
-    """TensorDictRollout buffer for maskable on-policy algorithms (MaskablePPO), stored in a TensorDict.
+    """Rollout buffer for maskable on-policy algorithms (MaskablePPO), stored in a TensorDict.
 
     It holds ``buffer_size`` steps of ``n_envs`` envs collected with the current policy, with each step's
     action mask, and is discarded after the policy update. Drop-in for sb3-contrib's buffer of the same
