@@ -285,10 +285,10 @@ def test_train_from_a_multiprocess_torchrl_collector(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # starts processes: kept out of make test-fast
 def test_output_into_a_read_only_folder_is_one_line_exit_2_and_writes_nothing() -> None:
-    # root writes through permission bits: as root the command runs as nobody, as an unprivileged user would.
-    as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+    # root writes through permission bits: as root the command runs without the capabilities that bypass them
+    # (still root, so it reads the checkout and its .venv wherever they are, whatever their folders' modes).
+    as_user = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
     with tempfile.TemporaryDirectory() as parent:
-        os.chmod(parent, 0o755)
         read_only = Path(parent) / "read_only"
         read_only.mkdir(mode=0o555)
         out = read_only / "run"
