@@ -246,7 +246,8 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     # -------------------------------------------------------------------------------------------- GAE
 
     def compute_returns_and_advantage(self, last_values: torch.Tensor, dones: np.ndarray | torch.Tensor) -> None:
-        """Compute GAE(lambda) advantages and TD(lambda) returns with TorchRL's estimator.
+        """Compute GAE(lambda) advantages and TD(lambda) returns, by ``gae_method`` (by default sb3-contrib's own
+        recurrence in its float32 order: the same bits as sb3-contrib's buffer).
 
         Fills ``"advantage"``, ``"value_target"`` and the TorchRL inputs ``("next", "state_value")``,
         ``("next", "done")``, ``("next", "terminated")`` of the storage.
