@@ -4,6 +4,20 @@
 batch env-major, ``(n_envs, buffer_size)`` (flat env-major batches are reshaped), reads each entry under the
 storage's key (:mod:`torchrl_mask.storage`), checks shapes, masks, row order and, with ``check_values``, the values
 (:func:`check_batch_values`), and copies only what passed.
+
+Keys read (``B`` = the batch dims, ``(n_envs, buffer_size)``):
+
+- the observation: ``observation_keys``, one per leaf of the observation space (by default ``"observation"``, or
+  the Dict's key paths at the top level, where TorchRL's ``GymWrapper`` puts them);
+- ``"action"`` (``(*B,)`` or ``(*B, action_dim)``), ``"action_mask"`` (``(*B, mask_dims)``),
+  ``"state_value"`` (``(*B, 1)``), ``"action_log_prob"`` (``(*B,)``), as
+  :class:`torchrl_mask.policy.MaskablePolicyModule` writes them;
+- ``reward_key``, ``("next", "done")``, ``("next", "terminated")`` (``(*B, 1)``), as the env writes them;
+- ``("next", "state_value")`` (``(*B, 1)``): ``V`` of ``("next", observation)``, read where not
+  terminated (:meth:`torchrl_mask.policy.MaskablePolicyModule.add_next_state_value` writes it);
+- ``"is_init"`` (``(*B, 1)``, TorchRL's ``InitTracker``) when present; else the episode starts are
+  derived from ``("next", "done")`` and ``episode_starts``;
+- ``("collector", "traj_ids")`` when present, to check that each row is one env's steps in order.
 """
 
 from __future__ import annotations

@@ -233,16 +233,6 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         if self.pos == self.buffer_size:
             self.full = True
 
-    def _per_env(self, name: str, value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """``value`` as ``(n_envs, 1)`` on the buffer's device, or a ValueError naming it."""
-        tensor = value.detach() if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
-        if tensor.numel() != self.n_envs:
-            raise ValueError(
-                f"{name} has shape {tuple(tensor.shape)} ({tensor.numel()} entries), expected ({self.n_envs},): "
-                f"1 per env for n_envs={self.n_envs}."
-            )
-        return tensor.reshape(self.n_envs, 1).to(device=self.device, dtype=dtype)
-
     # -------------------------------------------------------------------------------------------- GAE
 
     def compute_returns_and_advantage(self, last_values: torch.Tensor, dones: np.ndarray | torch.Tensor) -> None:
@@ -262,9 +252,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
                 f"compute_returns_and_advantage() needs a full rollout: {self.pos} of buffer_size="
                 f"{self.buffer_size} steps were added. Add the remaining steps first."
             )
-        last = self._per_env("last_values", last_values, torch.float32)
-        done_last = self._per_env("dones", dones)
-        self._rollout.bootstrap(last, done_last)
+        self._rollout.bootstrap(last_values, dones)
         self._rollout.advantage(self.gamma, self.gae_lambda, self.gae_method, truncations=False)
 
     # ----------------------------------------------------------------------------------------- extend
@@ -284,18 +272,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         ``("next", "state_value")``, the value of the final observation; where terminated it does not.
         (SB3's ``add`` path folds the same bootstrap into the reward instead; the advantages are equal.)
 
-        Keys read (``B`` = the batch dims, ``(n_envs, buffer_size)``):
-
-        - the observation: ``observation_keys``, one per leaf of the observation space;
-        - ``"action"`` (``(*B,)`` or ``(*B, action_dim)``), ``"action_mask"`` (``(*B, mask_dims)``),
-          ``"state_value"`` (``(*B, 1)``), ``"action_log_prob"`` (``(*B,)``), as
-          :class:`torchrl_mask.policy.MaskablePolicyModule` writes them;
-        - ``reward_key``, ``("next", "done")``, ``("next", "terminated")`` (``(*B, 1)``), as the env writes them;
-        - ``("next", "state_value")`` (``(*B, 1)``): ``V`` of ``("next", observation)``, read where not
-          terminated (:meth:`torchrl_mask.policy.MaskablePolicyModule.add_next_state_value` writes it);
-        - ``"is_init"`` (``(*B, 1)``, TorchRL's ``InitTracker``) when present; else the episode starts are
-          derived from ``("next", "done")`` and ``episode_starts``;
-        - ``("collector", "traj_ids")`` when present, to check that each row is one env's steps in order.
+        The keys it reads, and their shapes, are listed in :mod:`torchrl_mask.batches`.
 
         :param batch: a collector batch: ``(n_envs, buffer_size)`` (env-major, as ``MultiSyncCollector``
             stacks it), or flat ``(n_envs * buffer_size,)`` holding each env's steps contiguously (a

@@ -181,17 +181,29 @@ class TensorDictRollout:
 
     # -------------------------------------------------------------------------------------------- GAE
 
-    def bootstrap(self, last_values: torch.Tensor, dones: torch.Tensor) -> None:
+    def bootstrap(self, last_values: Any, dones: Any) -> None:
         """Write TorchRL's GAE inputs from SB3's: ``("next", "state_value")``, ``("next", "done")`` and
         ``("next", "terminated")`` (equal to done: SB3 folds truncation into the reward).
 
-        :param last_values: ``V`` of the observation after the last step, ``(n_envs, 1)`` float32, on the device.
-        :param dones: whether the last step ended an episode, ``(n_envs, 1)``, on the device.
+        :param last_values: ``V`` of the observation after the last step, ``n_envs`` entries (tensor or array).
+        :param dones: whether the last step ended an episode, ``n_envs`` entries.
+        :raises ValueError: either has another number of entries; nothing is written then.
         """
+        last, done = self._per_env("last_values", last_values, torch.float32), self._per_env("dones", dones)
         leaf = self.leaves
         out = (leaf[st.NEXT_VALUE], leaf[st.NEXT_DONE])
-        bootstrap_inputs(leaf[st.VALUE], leaf[st.IS_INIT], last_values, dones, out=out)
+        bootstrap_inputs(leaf[st.VALUE], leaf[st.IS_INIT], last, done, out=out)
         leaf[st.NEXT_TERMINATED].copy_(leaf[st.NEXT_DONE])
+
+    def _per_env(self, name: str, value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``value`` as ``(n_envs, 1)`` on the storage's device, or a ValueError naming it."""
+        tensor = value.detach() if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+        if tensor.numel() != self.n_envs:
+            raise ValueError(
+                f"{name} has shape {tuple(tensor.shape)} ({tensor.numel()} entries), expected ({self.n_envs},): "
+                f"1 per env for n_envs={self.n_envs}."
+            )
+        return tensor.reshape(self.n_envs, 1).to(device=self.tensordict.device, dtype=dtype)
 
     def advantage(self, gamma: float, gae_lambda: float, method: GaeMethod, truncations: bool) -> None:
         """Fill ``"advantage"`` and ``"value_target"`` from the stored steps (:mod:`torchrl_mask.advantage`).
