@@ -34,6 +34,7 @@ DEVELOPER_MODULES = {
     "cli",
     "config",
     "collector_source",
+    "evaluation",
     "minibatches",
     "observations",
     "results",

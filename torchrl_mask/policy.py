@@ -28,8 +28,17 @@ from typing import Any, NamedTuple
 
 import torch
 from gymnasium import spaces
-from sb3_contrib.common.maskable.distributions import make_masked_proba_distribution
-from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+from sb3_contrib.common.maskable.distributions import (
+    MaskableBernoulliDistribution,
+    MaskableCategoricalDistribution,
+    MaskableMultiCategoricalDistribution,
+    make_masked_proba_distribution,
+)
+from sb3_contrib.common.maskable.policies import (
+    MaskableActorCriticCnnPolicy,
+    MaskableActorCriticPolicy,
+    MaskableMultiInputActorCriticPolicy,
+)
 from stable_baselines3.common.torch_layers import MlpExtractor
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModule, skip_existing
@@ -55,6 +64,23 @@ def default_observation_keys(observation_space: spaces.Space) -> list[NestedKey]
         puts them.
     """
     return [st.batch_observation_key(path) for path in st.observation_leaves(observation_space)]
+
+
+_STOCK_POLICIES = (MaskableActorCriticPolicy, MaskableActorCriticCnnPolicy, MaskableMultiInputActorCriticPolicy)
+_STOCK_DISTRIBUTIONS = (
+    MaskableCategoricalDistribution,
+    MaskableMultiCategoricalDistribution,
+    MaskableBernoulliDistribution,
+)
+
+
+def stock_policy(policy: nn.Module) -> bool:
+    """Whether ``policy`` is exactly one of sb3-contrib's stock policy classes (``MlpPolicy``, ``CnnPolicy``,
+    ``MultiInputPolicy``) with one of its stock masked distributions, whose methods the fast paths inline.
+
+    :param policy: the model's policy.
+    """
+    return type(policy) in _STOCK_POLICIES and type(getattr(policy, "action_dist", None)) in _STOCK_DISTRIBUTIONS
 
 
 # sb3-contrib's MaskableCategorical sets the logits of masked choices to this before normalising them.
@@ -117,6 +143,21 @@ def forward_hooked(*modules: nn.Module) -> bool:
     if any(hooks is None or hooks for hooks in _GLOBAL_HOOKS):
         return True
     return any(getattr(module, name, True) for module in modules for name in _LAYER_HOOKS)
+
+
+_GLOBAL_BACKWARD_HOOKS = [getattr(nn.modules.module, f"_global_backward{kind}hooks", None) for kind in ("_", "_pre_")]
+_LAYER_BACKWARD_HOOKS = ("_backward_hooks", "_backward_pre_hooks")
+
+
+def backward_hooked(*modules: nn.Module) -> bool:
+    """Whether a module backward hook (or pre-hook) is registered globally or on any of ``modules`` itself, which
+    ``nn.Module.__call__`` would attach to the outputs (or whether torch keeps them where this module doesn't look).
+
+    :param modules: the modules a path would run without ``nn.Module.__call__`` with autograd on.
+    """
+    if any(hooks is None or hooks for hooks in _GLOBAL_BACKWARD_HOOKS):
+        return True
+    return any(getattr(module, name, True) for module in modules for name in _LAYER_BACKWARD_HOOKS)
 
 
 def _hooked(plain: _PlainLayers) -> bool:

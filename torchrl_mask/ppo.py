@@ -47,6 +47,7 @@ from torchrl.collectors import BaseCollector
 from torchrl_mask import storage as st
 from torchrl_mask.buffers import MaskableDictRolloutBuffer, MaskableRolloutBuffer
 from torchrl_mask.collector_source import DEFAULT_BATCH_TIMEOUT, CollectorRollout
+from torchrl_mask.evaluation import fast_train
 from torchrl_mask.nested import flatten_nested_env, flatten_observation
 from torchrl_mask.rollouts import fast_rollout
 from torchrl_mask.workers import orphan_guard
@@ -213,6 +214,16 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         if source is None:
             return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps, use_masking)
         return bool(source.collect(callback, rollout_buffer, n_rollout_steps))
+
+    def train(self) -> None:
+        """sb3-contrib's ``train()`` (one PPO update on the rollout buffer), as it is.
+
+        Underneath it, for sb3-contrib's stock policies and optimizer, :func:`~torchrl_mask.evaluation.fast_train`
+        runs the policy's ``evaluate_actions`` without ``torch.distributions`` objects and Adam's foreach
+        implementation on the CPU: the same operations, so the same parameters bit for bit.
+        """
+        with fast_train(self.policy):
+            super().train()
 
     def _excluded_save_params(self) -> list[str]:
         # The VecEnv mask reader belongs to the env, which is not saved either.

@@ -33,33 +33,20 @@ import numpy as np
 import torch
 from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBuffer, MaskableRolloutBuffer
 from sb3_contrib.common.maskable.distributions import (
-    MaskableBernoulliDistribution,
-    MaskableCategoricalDistribution,
     MaskableMultiCategoricalDistribution,
 )
-from sb3_contrib.common.maskable.policies import (
-    MaskableActorCriticCnnPolicy,
-    MaskableActorCriticPolicy,
-    MaskableMultiInputActorCriticPolicy,
-)
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
 from torchrl_mask.envs import VecEnvMasks, vec_env_masks
-from torchrl_mask.policy import forward_hooked, plain_layers, values_and_logits
+from torchrl_mask.policy import forward_hooked, plain_layers, stock_policy, values_and_logits
 
 if TYPE_CHECKING:
     from sb3_contrib import MaskablePPO
 
 __all__ = ["VecEnvRollout", "fast_rollout"]
-
-_STOCK_POLICIES = (MaskableActorCriticPolicy, MaskableActorCriticCnnPolicy, MaskableMultiInputActorCriticPolicy)
-_STOCK_DISTRIBUTIONS = (
-    MaskableCategoricalDistribution,
-    MaskableMultiCategoricalDistribution,
-    MaskableBernoulliDistribution,
-)
 
 
 def _masked_categorical(
@@ -218,8 +205,7 @@ def fast_rollout(
     if (
         not use_masking
         or getattr(model, "use_sde", False)
-        or type(policy) not in _STOCK_POLICIES
-        or type(policy.action_dist) not in _STOCK_DISTRIBUTIONS
+        or not stock_policy(policy)
         or forward_hooked(policy)  # the fast path runs the policy without its __call__ (submodules: with)
         or not isinstance(rollout_buffer, (MaskableRolloutBuffer, MaskableDictRolloutBuffer, type(None)))
     ):
