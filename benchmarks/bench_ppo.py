@@ -16,7 +16,10 @@ each round (ABBA), so that drift in machine load hits both alike. Reported per w
 ``learn`` call of each, split into rollout collection and the rest (mostly ``train``), and the median of the
 per-round speed-ups (sb3-contrib time / torchrl_mask time; above 1 means torchrl_mask is faster). The two runs of
 a round use one seed and both use their defaults, so they must learn bit-identical parameters;
-the benchmark checks that, so it never times two different computations.
+the benchmark checks that, so it never times two different computations. Beside them, a bound: the envs alone
+stepped for the same number of steps (masks read, an allowed action taken, no policy, no buffer), and the speed-up
+``learn`` would have if our rollout cost only that while the rest (``train``, the same arithmetic in both
+libraries since the parameters are the same) stayed as measured.
 
 Run: ``python benchmarks/bench_ppo.py`` (a few minutes); ``--help`` for the knobs.
 """
@@ -40,6 +43,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from torchrl_mask import MaskablePPO
+from torchrl_mask.envs import vec_env_masks
 
 ALGORITHMS: dict[str, type[SB3ContribMaskablePPO]] = {
     "sb3-contrib": SB3ContribMaskablePPO,
@@ -175,6 +179,37 @@ def time_learn(
     return total, timer.rollout_s, cpu, {k: v.detach().clone() for k, v in model.policy.state_dict().items()}
 
 
+def time_env_alone(workload: str, args: argparse.Namespace) -> float:
+    """Wall seconds the workload's envs alone take for one ``learn`` call's steps: each step's masks read and the
+    VecEnv stepped with an allowed action, as any masked rollout must, and nothing else (no policy, no buffer).
+
+    :param workload: a key of :data:`WORKLOADS`.
+    :param args: the parsed command line.
+    :return: seconds for ``args.timesteps`` env steps (rounded up to whole rollouts, as ``learn`` runs them).
+    """
+    env = make_vec_env(workload, args)
+    try:
+        masks = vec_env_masks(env)
+        assert masks is not None, "the bench envs have an action_masks() method"
+        n_env_steps = -(-args.timesteps // (args.n_steps * env.num_envs)) * args.n_steps
+        obs = env.reset()
+        start = time.perf_counter()
+        for _ in range(n_env_steps):
+            mask = masks.masks(obs)
+            obs = masks.step(_first_allowed(mask, env.action_space))[0]
+        return time.perf_counter() - start
+    finally:
+        env.close()
+
+
+def _first_allowed(mask: np.ndarray, action_space: spaces.Space) -> np.ndarray:
+    """Each env's first allowed choice per sub-action: ``(n_envs,)`` or ``(n_envs, n_sub_actions)``."""
+    if isinstance(action_space, spaces.Discrete):
+        return mask.argmax(axis=1)
+    dims = np.asarray(action_space.nvec)  # type: ignore[attr-defined]
+    return np.stack([part.argmax(axis=1) for part in np.split(mask, np.cumsum(dims)[:-1], axis=1)], axis=1)
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
@@ -226,11 +261,14 @@ def run_workload(workload: str, args: argparse.Namespace) -> bool:
     rest_speedups = [r / o for r, o in zip(*(rest[name] for name in names), strict=True)]
     cpu_speedups = [r / o for r, o in zip(*(cpus[name] for name in names), strict=True)]
     share = statistics.median(rollouts["sb3-contrib"]) / statistics.median(ref)
+    # The best learn() could do with a rollout that cost only its envs' own time, and train() as it is.
+    env_alone = statistics.median(time_env_alone(workload, args) for _ in range(3))
+    bound = statistics.median(ref) / (env_alone + statistics.median(rest["torchrl_mask"]))
     print(
         f"{workload:14s} {statistics.median(ref):8.3f} {statistics.median(ours):8.3f} "
         f"{statistics.median(speedups):7.2f}x ({min(speedups):.2f}-{max(speedups):.2f}) "
         f"{statistics.median(rollout_speedups):8.2f}x {statistics.median(rest_speedups):6.2f}x {share:6.0%} "
-        f"{statistics.median(cpu_speedups):6.2f}x"
+        f"{statistics.median(cpu_speedups):6.2f}x {env_alone:7.3f} {bound:6.2f}x"
     )
     return True
 
@@ -250,12 +288,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"{'workload':14s} {'sb3c s':>8s} {'ours s':>8s} {'speed-up (min-max)':>20s} "
-        f"{'rollout':>9s} {'rest':>7s} {'share':>6s} {'cpu':>7s}"
+        f"{'rollout':>9s} {'rest':>7s} {'share':>6s} {'cpu':>7s} {'envs s':>7s} {'bound':>7s}"
     )
     ok = all([run_workload(workload, args) for workload in args.workloads])
     print(
         "speed-ups: medians of per-round sb3-contrib time / torchrl_mask time (all of learn, its rollouts, the "
-        "rest: train, and this process's CPU time in learn); share: the rollouts' part of sb3-contrib's learn"
+        "rest: train, and this process's CPU time in learn); share: the rollouts' part of sb3-contrib's learn; "
+        "envs s: the envs alone for the same steps (masks read, steps taken, nothing else); bound: the speed-up "
+        "if our rollout cost only that and the rest stayed as measured"
     )
     return 0 if ok else 1
 

@@ -145,3 +145,20 @@ def test_collection_benchmark_script_runs_both_sides_and_reports_their_ratio():
     assert theirs > 0 and ours > 0
     assert ratio == pytest.approx(ours / theirs, abs=0.01)
     assert "median of the runs' ratios" in done.stdout
+
+
+@pytest.mark.slow
+def test_learn_benchmark_script_checks_parity_and_reports_speed_ups_and_the_envs_bound():
+    # benchmarks/bench_ppo.py as a user runs it, on a tiny learn(): both libraries learn (and the script checks
+    # that they learn the same parameters, else it exits 1), the envs alone are stepped for the bound.
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_ppo.py"
+    args = ["--rounds", "1", "--timesteps", "128", "--n-steps", "16", "--batch-size", "32", "--n-epochs", "1",
+            "--workloads", "dict-dummy", "multidiscrete"]  # fmt: skip
+    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    for workload in ("dict-dummy", "multidiscrete"):
+        line = re.search(rf"^{workload} +([\d.]+) +([\d.]+) +([\d.]+)x .* ([\d.]+) +([\d.]+)x$", done.stdout, re.M)
+        assert line is not None, done.stdout
+        theirs, ours, speed_up, envs, bound = (float(group) for group in line.groups())
+        assert speed_up == pytest.approx(theirs / ours, rel=0.05)  # one round: its ratio, of the printed times
+        assert 0 < envs < ours and bound > 0
