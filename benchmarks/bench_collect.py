@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from sb3_contrib import MaskablePPO as SB3ContribMaskablePPO
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import SubprocVecEnv
 from torchrl.collectors import MultiSyncCollector
 from torchrl.envs import SerialEnv
@@ -136,6 +137,7 @@ def run_sb3_contrib(args: argparse.Namespace) -> float:
         kwargs = ppo_kwargs(args)
         kwargs["n_steps"] = 2 * args.n_steps // processes  # the same rollout size: 2 * n_steps steps
         model = SB3ContribMaskablePPO("MlpPolicy", env, **kwargs)
+        model.set_logger(Logger(None, []))  # no /tmp/SB3-<date> folder per learn (the same for both)
         start = time.perf_counter()
         model.learn(args.total_timesteps)
         elapsed = time.perf_counter() - start
@@ -147,6 +149,7 @@ def run_sb3_contrib(args: argparse.Namespace) -> float:
 def run_torchrl_mask(args: argparse.Namespace) -> float:
     torch.set_num_threads(1)
     model = MaskablePPO("MlpPolicy", BusyMaskedEnv(args.step_cost), **ppo_kwargs(args))
+    model.set_logger(Logger(None, []))
     per_worker = args.envs_per_worker
     make_env: Any = (
         _EnvFn(make_torchrl_env, args.step_cost) if per_worker == 1 else _BatchedEnvFn(per_worker, args.step_cost)

@@ -40,6 +40,7 @@ from gymnasium.wrappers import TimeLimit
 from sb3_contrib import MaskablePPO as SB3ContribMaskablePPO
 from sb3_contrib.common.envs import InvalidActionEnvDiscrete, InvalidActionEnvMultiDiscrete
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from torchrl_mask import MaskablePPO
@@ -170,6 +171,7 @@ def time_learn(
             policy_kwargs={"net_arch": [64, 64]},
             device="cpu",
         )
+        model.set_logger(Logger(None, []))  # no /tmp/SB3-<date> folder per learn (the same for both)
         timer = _PhaseTimer()
         start, cpu_start = time.perf_counter(), time.process_time()
         model.learn(args.timesteps, callback=timer)

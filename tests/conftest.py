@@ -15,3 +15,14 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def sb3_log_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """SB3 makes a ``/tmp/SB3-<date>`` folder at every ``learn()`` without a custom logger, even with nothing to
+    write; the suite's go to one folder of pytest's temporary tree instead of thousands left in /tmp."""
+    folder = tmp_path_factory.mktemp("sb3-logs")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SB3_LOGDIR", str(folder))
+    yield
+    mp.undo()

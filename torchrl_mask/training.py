@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import sys
 import warnings
 import zipfile
 from dataclasses import asdict, dataclass, field
@@ -40,6 +41,7 @@ from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
 from sb3_contrib.common.wrappers import ActionMasker
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.logger import HumanOutputFormat, Logger
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.utils import LinearSchedule, check_for_correct_spaces
@@ -295,8 +297,14 @@ def _build_model(config: TrainConfig, plan: _Plan, env: VecEnv) -> MaskablePPO:
     common: dict[str, Any] = {"tensorboard_log": tensorboard_log, "verbose": config.verbose, "seed": config.seed}
     if config.trained_agent is not None:
         kwargs = {key: value for key, value in plan.model_kwargs.items() if key != "policy_kwargs"}
-        return MaskablePPO.load(config.trained_agent, env=env, device=plan.device, **common, **kwargs)
-    return MaskablePPO(plan.policy, env, device=plan.device, **common, **plan.model_kwargs)
+        model = MaskablePPO.load(config.trained_agent, env=env, device=plan.device, **common, **kwargs)
+    else:
+        model = MaskablePPO(plan.policy, env, device=plan.device, **common, **plan.model_kwargs)
+    if tensorboard_log is None:
+        # SB3's own logger choice without TensorBoard (stdout when verbose), but not its empty /tmp/SB3-<date>
+        # folder, which learn() would otherwise leave behind at every run.
+        model.set_logger(Logger(None, [HumanOutputFormat(sys.stdout)] if config.verbose >= 1 else []))
+    return model
 
 
 def _callbacks(config: TrainConfig, out: Path) -> list[BaseCallback]:
