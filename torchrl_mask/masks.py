@@ -25,6 +25,7 @@ __all__ = ["MaskArray", "MaskSpec", "mask_spec"]
 MaskArray = np.ndarray | torch.Tensor
 
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_Tables = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # see MaskSpec._tables
 _WORD = {2: (np.uint16, torch.int16), 4: (np.uint32, torch.int32), 8: (np.uint64, torch.int64)}
 
 
@@ -43,7 +44,7 @@ class MaskSpec:
         self._starts = offsets[:-1]
         self._uniform = len(set(groups)) == 1
         self._limits = np.asarray(groups)
-        self._row_tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see _tables
+        self._row_tables: dict[int, _Tables] = {}  # see _tables
 
     def __repr__(self) -> str:
         return f"MaskSpec(groups={self.groups}, size={self.size})"
@@ -132,23 +133,29 @@ class MaskSpec:
         choices = actions.reshape(n_rows, len(self.groups))
         if type(choices) is np.ndarray and choices.dtype.kind in "iu":
             # Negative choices become huge in the unsigned view: one comparison with each choice's limit (a
-            # table of the choices' shape: no broadcast) checks both bounds, and the counts (np.count_nonzero)
-            # cost a fraction of a reduction such as .all().
+            # table of the choices' shape: no broadcast) checks both bounds. The gather of each choice's own mask
+            # entry goes beside it, clipped so that it cannot fail on a choice out of range (the comparison
+            # then fails), and one count (np.count_nonzero: a fraction of a reduction such as .all()) checks
+            # both. int64 (intp) indices spare take() a cast; uint64 + int64 would give floats.
             unsigned = choices if choices.dtype.kind == "u" else choices.view(_UNSIGNED[choices.dtype.itemsize])
-            tables = self._row_tables.get(n_rows) or self._tables(n_rows)
-            if np.count_nonzero(unsigned < tables[0]) != unsigned.size:
-                raise self._action_error(choices, None, row_label)
+            limits, starts, checked, in_range, own = self._row_tables.get(n_rows) or self._tables(n_rows)
+            np.less(unsigned, limits, out=in_range)
             if rows is None:
+                if np.count_nonzero(in_range) == unsigned.size:
+                    return
+                raise self._action_error(choices, None, row_label)
+            signed = choices if choices.dtype.kind == "i" else unsigned.astype(np.int64)
+            allowed: MaskArray = cast(np.ndarray, rows).take(signed + starts, out=own, mode="clip")
+            if np.count_nonzero(checked) == checked.size:
                 return
-            allowed = rows.take(unsigned + tables[1])
-            if np.count_nonzero(allowed) == allowed.size:
-                return
+            if np.count_nonzero(in_range) != unsigned.size:
+                raise self._action_error(choices, None, row_label)
         else:
             self._check_choices(choices, row_label)
             if rows is None:
                 return
             if isinstance(choices, np.ndarray):
-                allowed = rows.take(choices.astype(np.uint64) + self._flat_starts(n_rows))
+                allowed = rows.take(choices.astype(np.int64) + self._flat_starts(n_rows))
             else:
                 index = choices.long() + torch.as_tensor(self._starts, device=choices.device)
                 allowed = torch.as_tensor(rows, device=choices.device).gather(1, index)
@@ -170,15 +177,18 @@ class MaskSpec:
         """Flat index of each row's group starts in ``(n_rows, size)`` rows."""
         return self._tables(n_rows)[1]
 
-    def _tables(self, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(limits, flat starts)`` of ``(n_rows, n_groups)`` choices as uint64, made once per row count: each
-        choice's exclusive upper bound, and the flat index of its group's start in ``(n_rows, size)`` rows."""
+    def _tables(self, n_rows: int) -> _Tables:
+        """``(limits, flat starts, checked, in range, own)`` of ``(n_rows, n_groups)`` choices, made once per row
+        count: each choice's exclusive upper bound (uint64, for the unsigned view), the flat index of its group's
+        start in ``(n_rows, size)`` rows (int64, numpy's index type), and a bool ``(2, n_rows, n_groups)`` scratch
+        for :meth:`check_actions` with its two halves: each choice in range, each allowed by its own mask."""
         tables = self._row_tables.get(n_rows)
         if tables is None:
             shape = (n_rows, len(self.groups))
             limits = np.ascontiguousarray(np.broadcast_to(self._limits.astype(np.uint64), shape))
-            starts = np.arange(n_rows, dtype=np.uint64)[:, None] * self.size + self._starts.astype(np.uint64)
-            tables = self._row_tables[n_rows] = (limits, starts)
+            starts = np.arange(n_rows, dtype=np.int64)[:, None] * self.size + self._starts.astype(np.int64)
+            checked = np.zeros((2, *shape), dtype=np.bool_)
+            tables = self._row_tables[n_rows] = (limits, starts, checked, checked[0], checked[1])
         return tables
 
     def _action_error(
