@@ -9,12 +9,14 @@ buffer writes only what :meth:`StepReader.read` returns, so a rejected step leav
 
 The reader runs on every env step. The common case (numpy arrays of the slot's shape, tensors for the value and
 log-probability, boolean masks) costs a type test, a shape comparison and a dtype-kind test per field; the
-value checks are fused: one dot product over the three float fields (finite iff the sum of squares is), and one
-gather of each action's own mask entry (an allowed action also proves its mask row allows a choice).
+value and log-probability tensors are copied byte for byte into a packed float32 stage beside the reward (no
+array is made of them); the value checks are fused: one dot product over the stage (finite iff the sum of squares
+is), and one gather of each action's own mask entry (an allowed action also proves its mask row allows a choice).
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -29,7 +31,9 @@ __all__ = ["StepReader"]
 _NUMERIC = "biuf"  # numpy dtype kinds the storage takes: bool, signed and unsigned integers, floats
 _FLOATS = ("reward", "value", "log_prob")
 _BOOL = np.dtype(np.bool_)
-_REAL = frozenset((torch.float32, torch.float64, torch.float16))  # tensors numpy() takes as floats
+_F32 = torch.float32
+_STRIDED = torch.strided
+_memmove = ctypes.memmove
 
 
 def _observation_name(path: tuple[str, ...]) -> str:
@@ -68,7 +72,8 @@ class StepReader:
         # as (n_envs, 1), the shape SB3's value tensor comes in.
         self._rows = (self._stage[0], self._stage[1], self._stage[2])
         self._columns = (self._stage[1].reshape(n_envs, 1), self._stage[2].reshape(n_envs, 1))
-        self._value_column = self._columns[0]
+        self._addresses = tuple(self._stage.ctypes.data + row * self._stage.strides[0] for row in range(3))
+        self._row_bytes = n_envs * self._stage.itemsize
         self._env_slot = (n_envs,)
         self._column_slot = (n_envs, 1)
         self._mask_slot = (n_envs, spec.size)
@@ -111,14 +116,11 @@ class StepReader:
         if type(reward) is not np.ndarray or reward.shape != slot or reward.dtype.kind not in _NUMERIC:
             reward = self._array("reward", reward, slot)
         reward_row[...] = reward
-        # SB3's value (n_envs, 1) and log_prob (n_envs,) CPU tensors, staged in one test each; else the slow path.
-        if type(value) is torch.Tensor and value.is_cpu and value.shape == self._column_slot and value.dtype in _REAL:
-            self._value_column[...] = value.detach().numpy() if value.requires_grad else value.numpy()
-        else:
+        # SB3's value (n_envs, 1) and log_prob (n_envs,): float32 CPU tensors, copied byte for byte into the stage
+        # (what numpy's float32 assignment would copy, without making an array of the tensor); else the slow path.
+        if not (type(value) is torch.Tensor and value.shape == self._column_slot and self._copy(value, 1)):
             self._stage_row(1, "value", value)
-        if type(log_prob) is torch.Tensor and log_prob.is_cpu and log_prob.shape == slot and log_prob.dtype in _REAL:
-            log_prob_row[...] = log_prob.detach().numpy() if log_prob.requires_grad else log_prob.numpy()
-        else:
+        if not (type(log_prob) is torch.Tensor and log_prob.shape == slot and self._copy(log_prob, 2)):
             self._stage_row(2, "log_prob", log_prob)
         if check_values and not math.isfinite(np.vdot(self._stage_flat, self._stage_flat)):
             self._check_finite()  # not finite, or a sum of squares past float32's range: find out which
@@ -134,6 +136,20 @@ class StepReader:
             self.spec.check(masks, self.n_envs)
         arrays += [action, reward_row, start, value_row, log_prob_row, masks]
         return arrays
+
+    def _copy(self, tensor: torch.Tensor, row: int) -> bool:
+        """Copy the bytes of an ``n_envs``-entry float32 tensor into stage row ``row`` if its memory holds exactly
+        its values: dense, contiguous, on the CPU, no lazy negation. Return whether it did."""
+        if (
+            tensor.dtype is _F32
+            and tensor.is_cpu
+            and tensor.layout is _STRIDED
+            and tensor.is_contiguous()
+            and not tensor.is_neg()
+        ):
+            _memmove(self._addresses[row], tensor.data_ptr(), self._row_bytes)
+            return True
+        return False
 
     def _observation(self, index: int, item: Any, check_values: bool) -> np.ndarray:
         """The slow path of one observation leaf: converted, reshaped, checked to fit (with ``check_values``),
@@ -176,8 +192,8 @@ class StepReader:
 
     def _stage_row(self, row: int, name: str, item: Any) -> None:
         """Stage a value or log-probability: SB3 passes CPU tensors, ``(n_envs, 1)`` or ``(n_envs,)``."""
-        if type(item) is torch.Tensor and item.is_cpu and not item.requires_grad:
-            array = item.numpy()
+        if type(item) is torch.Tensor and item.is_cpu:
+            array = item.numpy(force=True)  # detached, lazy negation resolved
             if array.dtype.kind in _NUMERIC:
                 if array.shape == self._column_slot:
                     self._columns[row - 1][...] = array
