@@ -77,9 +77,7 @@ class StepReader:
         self._env_slot = (n_envs,)
         self._column_slot = (n_envs, 1)
         self._mask_slot = (n_envs, spec.size)
-        self._obs = [
-            (index, slot, dtype) for index, (slot, dtype) in enumerate(zip(obs_slots, obs_dtypes, strict=True))
-        ]
+        self._n_leaves = len(self.obs_slots)
         self._fits: dict[tuple[int, np.dtype], bool] = {}  # (leaf, input dtype): every value fits the leaf
 
     def read(
@@ -100,12 +98,15 @@ class StepReader:
         :param check_values: check the values (finite floats, valid actions, no integer wrap-around).
         :raises ValueError: the first problem found, naming the field and what it expected.
         """
-        # An observation leaf of its slot's shape and of the leaf's own dtype needs no other test.
-        arrays = [
-            item if type(item) is np.ndarray and item.dtype is dtype and item.shape == slot else
-            self._observation(index, item, check_values)
-            for (index, slot, dtype), item in zip(self._obs, obs_items, strict=True)
-        ]  # fmt: skip
+        # An observation leaf of its slot's shape and of the leaf's own dtype needs no other test (a loop over
+        # indices: a list comprehension is a function call per step before Python 3.12).
+        arrays = list(obs_items)
+        if len(arrays) != self._n_leaves:
+            raise ValueError(f"{len(arrays)} observation leaves given, expected {self._n_leaves}.")
+        dtypes, slots = self.obs_dtypes, self.obs_slots
+        for index, item in enumerate(arrays):
+            if type(item) is not np.ndarray or item.dtype is not dtypes[index] or item.shape != slots[index]:
+                arrays[index] = self._observation(index, item, check_values)
         action, reward, start, value, log_prob = fields
         if type(action) is not np.ndarray or action.shape != self.action_slot or action.dtype.kind not in _NUMERIC:
             action = self._array("action", action, self.action_slot)
