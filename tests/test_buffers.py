@@ -404,6 +404,26 @@ def test_actions_of_any_integer_dtype_are_checked_and_stored_as_sb3_contrib_stor
     _assert_rejected(ours, step, ValueError, f"action for env 2 (sub-action 1) is {huge}")
 
 
+@pytest.mark.parametrize("shape", ["(n_envs,)", "(n_envs, 1) as SB3 passes them"])
+def test_discrete_actions_flat_or_in_a_column_are_stored_as_sb3_contrib_stores_them(shape):
+    ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], 2, 3)
+    rng = np.random.default_rng(7)
+    for _ in range(2):
+        step = random_step(ours.observation_space, ours.action_space, 3, rng)
+        if shape != "(n_envs,)":
+            step["action"] = step["action"].reshape(3, 1)
+        ref.add(**step)
+        ours.add(**step)
+    assert np.array_equal(ours.actions, ref.actions) and ours.tensordict["action"].shape == (3, 2)
+    ours.reset()
+    step = random_step(ours.observation_space, ours.action_space, 3, rng)
+    step["action_masks"][1, step["action"][1]] = False
+    step["action_masks"][1, (step["action"][1] + 1) % 6] = True
+    if shape != "(n_envs,)":
+        step["action"] = step["action"].reshape(3, 1)
+    _assert_rejected(ours, step, ValueError, "action for env 1 is", "forbidden by its own action mask")
+
+
 def test_value_checks_can_be_turned_off_and_then_store_what_is_given():
     _, ours = make_pair(OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], 2, 2, check_values=False)
     step = random_step(ours.observation_space, ours.action_space, 2, np.random.default_rng(0))

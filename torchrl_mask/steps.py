@@ -47,7 +47,8 @@ class StepReader:
     :param obs_paths: per observation leaf, its key path in a Dict space (``()`` for a non-Dict space).
     :param obs_slots: per observation leaf, its slot ``(n_envs, *leaf_shape)``.
     :param obs_dtypes: per observation leaf, its numpy dtype in the storage.
-    :param action_slot: the action's slot, ``(n_envs,)`` for Discrete else ``(n_envs, action_dim)``.
+    :param action_slot: the action's slot as stored, ``(n_envs,)`` for Discrete else ``(n_envs, action_dim)``; the
+        action is read and returned as ``(n_envs, action_dim)`` (Discrete's ``(n_envs, 1)``, as SB3 passes it).
     :param spec: the action space's mask layout.
     """
 
@@ -65,6 +66,9 @@ class StepReader:
         self.obs_slots = list(obs_slots)
         self.obs_dtypes = list(obs_dtypes)
         self.action_slot = action_slot
+        # What the action is read as and written from: ``(n_envs, action_dim)``, Discrete's ``(n_envs, 1)`` too,
+        # as SB3's collect_rollouts passes it.
+        self._action_rows = (n_envs, math.prod(action_slot[1:]))
         self.spec = spec
         self._stage = np.empty((3, n_envs), dtype=np.float32)  # reward, value, log_prob: one finite check
         self._stage_flat = self._stage.reshape(-1)
@@ -108,8 +112,8 @@ class StepReader:
             if type(item) is not np.ndarray or item.dtype is not dtypes[index] or item.shape != slots[index]:
                 arrays[index] = self._observation(index, item, check_values)
         action, reward, start, value, log_prob = fields
-        if type(action) is not np.ndarray or action.shape != self.action_slot or action.dtype.kind not in _NUMERIC:
-            action = self._array("action", action, self.action_slot)
+        if type(action) is not np.ndarray or action.shape != self._action_rows or action.dtype.kind not in _NUMERIC:
+            action = self._array("action", action, self._action_rows)
         slot = self._env_slot
         if type(start) is not np.ndarray or start.shape != slot or start.dtype.kind not in _NUMERIC:
             start = self._array("episode_start", start, slot)
@@ -215,7 +219,8 @@ class StepReader:
         if array.shape != slot:
             size = math.prod(slot)
             if array.size != size:
-                expected = f"({self.n_envs},)" if len(slot) == 1 else str(slot)
+                shown = self.action_slot if name == "action" else slot  # Discrete's (n_envs,), as documented
+                expected = f"({self.n_envs},)" if len(shown) == 1 else str(shown)
                 raise ValueError(
                     f"{name} has shape {tuple(array.shape)} ({array.size} entries), expected {expected}: "
                     f"{size // self.n_envs} per env for n_envs={self.n_envs}."
