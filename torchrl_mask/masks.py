@@ -25,7 +25,8 @@ __all__ = ["MaskArray", "MaskSpec", "mask_spec"]
 MaskArray = np.ndarray | torch.Tensor
 
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-_Tables = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # see MaskSpec._tables
+_Tables = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bytes, bytes]  # see MaskSpec._tables
+_less = np.less  # with a positional out: cheaper than out=
 _WORD = {2: (np.uint16, torch.int16), 4: (np.uint32, torch.int32), 8: (np.uint64, torch.int64)}
 
 
@@ -135,21 +136,25 @@ class MaskSpec:
             # Negative choices become huge in the unsigned view: one comparison with each choice's limit (a
             # table of the choices' shape: no broadcast) checks both bounds. The gather of each choice's own mask
             # entry goes beside it, clipped so that it cannot fail on a choice out of range (the comparison
-            # then fails), and one count (np.count_nonzero: a fraction of a reduction such as .all()) checks
-            # both. int64 (intp) indices spare take() a cast; uint64 + int64 would give floats.
+            # then fails); int64 (intp) indices spare take() a cast (and uint64 + int64 would give floats).
+            # Both are checked at once by comparing the scratch's bytes with all ones (one bytes comparison
+            # costs a fraction of np.count_nonzero); a True stored as another byte takes the exact count.
             unsigned = choices if choices.dtype.kind == "u" else choices.view(_UNSIGNED[choices.dtype.itemsize])
-            limits, starts, checked, in_range, own = self._row_tables.get(n_rows) or self._tables(n_rows)
-            np.less(unsigned, limits, out=in_range)
+            tables = self._row_tables.get(n_rows) or self._tables(n_rows)
+            limits, starts, checked, in_range, own, all_true, in_range_true = tables
+            _less(unsigned, limits, in_range)
             if rows is None:
-                if np.count_nonzero(in_range) == unsigned.size:
+                if in_range.tobytes() == in_range_true:
                     return
                 raise self._action_error(choices, None, row_label)
             signed = choices if choices.dtype.kind == "i" else unsigned.astype(np.int64)
             allowed: MaskArray = cast(np.ndarray, rows).take(signed + starts, out=own, mode="clip")
-            if np.count_nonzero(checked) == checked.size:
+            if checked.tobytes() == all_true:
                 return
-            if np.count_nonzero(in_range) != unsigned.size:
+            if in_range.tobytes() != in_range_true:
                 raise self._action_error(choices, None, row_label)
+            if np.count_nonzero(own) == own.size:  # masks holding True as bytes other than 1 (bool views)
+                return
         else:
             self._check_choices(choices, row_label)
             if rows is None:
@@ -178,17 +183,19 @@ class MaskSpec:
         return self._tables(n_rows)[1]
 
     def _tables(self, n_rows: int) -> _Tables:
-        """``(limits, flat starts, checked, in range, own)`` of ``(n_rows, n_groups)`` choices, made once per row
+        """The constants and scratch of :meth:`check_actions` for ``(n_rows, n_groups)`` choices, made once per row
         count: each choice's exclusive upper bound (uint64, for the unsigned view), the flat index of its group's
-        start in ``(n_rows, size)`` rows (int64, numpy's index type), and a bool ``(2, n_rows, n_groups)`` scratch
-        for :meth:`check_actions` with its two halves: each choice in range, each allowed by its own mask."""
+        start in ``(n_rows, size)`` rows (int64, numpy's index type), a bool ``(2, n_rows, n_groups)`` scratch,
+        its halves (each choice in range; each allowed by its own mask), and the bytes of the scratch and of its
+        first half when all is True."""
         tables = self._row_tables.get(n_rows)
         if tables is None:
             shape = (n_rows, len(self.groups))
             limits = np.ascontiguousarray(np.broadcast_to(self._limits.astype(np.uint64), shape))
             starts = np.arange(n_rows, dtype=np.int64)[:, None] * self.size + self._starts.astype(np.int64)
             checked = np.zeros((2, *shape), dtype=np.bool_)
-            tables = self._row_tables[n_rows] = (limits, starts, checked, checked[0], checked[1])
+            true = np.ones_like(checked).tobytes()
+            tables = self._row_tables[n_rows] = (limits, starts, checked, checked[0], checked[1], true, true[::2])
         return tables
 
     def _action_error(

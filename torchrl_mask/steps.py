@@ -34,6 +34,7 @@ _BOOL = np.dtype(np.bool_)
 _F32 = torch.float32
 _STRIDED = torch.strided
 _memmove = ctypes.memmove
+_vdot = np.vdot  # not ndarray.dot, which warns when a sum of squares of finite values overflows
 
 
 def _observation_name(path: tuple[str, ...]) -> str:
@@ -127,7 +128,7 @@ class StepReader:
             self._stage_row(1, "value", value)
         if not (type(log_prob) is torch.Tensor and log_prob.shape == slot and self._copy(log_prob, 2)):
             self._stage_row(2, "log_prob", log_prob)
-        if check_values and not math.isfinite(np.vdot(self._stage_flat, self._stage_flat)):
+        if check_values and not math.isfinite(_vdot(self._stage_flat, self._stage_flat)):
             self._check_finite()  # not finite, or a sum of squares past float32's range: find out which
         masks: Any = True
         if action_masks is not None:
