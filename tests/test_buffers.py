@@ -372,13 +372,14 @@ def _layouts(values: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("layout", list(_layouts(torch.zeros(1))))
-def test_values_and_log_probs_in_any_tensor_layout_store_sb3_contribs_bits(layout):
+@pytest.mark.parametrize("fields", [("value",), ("log_prob",), ("value", "log_prob")])
+def test_values_and_log_probs_in_any_tensor_layout_store_sb3_contribs_bits(layout, fields):
     ref, ours = make_pair(OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], 3, 4)
     rng = np.random.default_rng(5)
     for _ in range(3):
         step = random_step(ours.observation_space, ours.action_space, 4, rng)
         ref.add(**step)
-        step.update(value=_layouts(step["value"])[layout], log_prob=_layouts(step["log_prob"])[layout])
+        step.update({field: _layouts(step[field])[layout] for field in fields})
         ours.add(**step)
     for name in ("values", "log_probs"):
         assert np.array_equal(getattr(ours, name).view(np.uint32), getattr(ref, name).view(np.uint32)), name

@@ -78,7 +78,7 @@ class StepReader:
         # as (n_envs, 1), the shape SB3's value tensor comes in.
         self._rows = (self._stage[0], self._stage[1], self._stage[2])
         self._columns = (self._stage[1].reshape(n_envs, 1), self._stage[2].reshape(n_envs, 1))
-        self._addresses = tuple(self._stage.ctypes.data + row * self._stage.strides[0] for row in range(3))
+        self._value_address, self._log_prob_address = (self._stage[row].ctypes.data for row in (1, 2))
         self._row_bytes = n_envs * self._stage.itemsize
         self._env_slot = (n_envs,)
         self._column_slot = (n_envs, 1)
@@ -123,11 +123,25 @@ class StepReader:
         if type(reward) is not np.ndarray or reward.shape != slot or reward.dtype.kind not in _NUMERIC:
             reward = self._array("reward", reward, slot)
         reward_row[...] = reward
-        # SB3's value (n_envs, 1) and log_prob (n_envs,): float32 CPU tensors, copied byte for byte into the stage
-        # (what numpy's float32 assignment would copy, without making an array of the tensor); else the slow path.
-        if not (type(value) is torch.Tensor and value.shape == self._column_slot and self._copy(value, 1)):
+        # SB3's value (n_envs, 1) and log_prob (n_envs,): float32 CPU tensors whose memory holds exactly their
+        # values (dense, contiguous, no lazy negation), copied byte for byte into the stage: what numpy's float32
+        # assignment would copy, without making an array of each tensor. Anything else: the slow path.
+        if (
+            type(value) is type(log_prob) is torch.Tensor
+            and value.shape == self._column_slot
+            and log_prob.shape == slot
+            and value.dtype is log_prob.dtype is _F32
+            and value.is_cpu
+            and log_prob.is_cpu
+            and value.layout is log_prob.layout is _STRIDED
+            and value.is_contiguous()
+            and log_prob.is_contiguous()
+            and not (value.is_neg() or log_prob.is_neg())
+        ):
+            _memmove(self._value_address, value.data_ptr(), self._row_bytes)
+            _memmove(self._log_prob_address, log_prob.data_ptr(), self._row_bytes)
+        else:
             self._stage_row(1, "value", value)
-        if not (type(log_prob) is torch.Tensor and log_prob.shape == slot and self._copy(log_prob, 2)):
             self._stage_row(2, "log_prob", log_prob)
         if check_values:
             _isfinite(self._stage, self._finite)
@@ -145,20 +159,6 @@ class StepReader:
             self.spec.check(masks, self.n_envs)
         arrays += [action, reward_row, start, value_row, log_prob_row, masks]
         return arrays
-
-    def _copy(self, tensor: torch.Tensor, row: int) -> bool:
-        """Copy the bytes of an ``n_envs``-entry float32 tensor into stage row ``row`` if its memory holds exactly
-        its values: dense, contiguous, on the CPU, no lazy negation. Return whether it did."""
-        if (
-            tensor.dtype is _F32
-            and tensor.is_cpu
-            and tensor.layout is _STRIDED
-            and tensor.is_contiguous()
-            and not tensor.is_neg()
-        ):
-            _memmove(self._addresses[row], tensor.data_ptr(), self._row_bytes)
-            return True
-        return False
 
     def _observation(self, index: int, item: Any, check_values: bool) -> np.ndarray:
         """The slow path of one observation leaf: converted, reshaped, checked to fit (with ``check_values``),
