@@ -25,8 +25,8 @@ __all__ = ["MaskArray", "MaskSpec", "mask_spec"]
 MaskArray = np.ndarray | torch.Tensor
 
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-_Tables = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bytes, bytes]  # see MaskSpec._tables
-_less = np.less  # with a positional out: cheaper than out=
+_Tables = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bytes, bytes]  # _tables
+_less, _add = np.less, np.add  # with a positional out: cheaper than out=
 _WORD = {2: (np.uint16, torch.int16), 4: (np.uint32, torch.int32), 8: (np.uint64, torch.int64)}
 
 
@@ -139,16 +139,18 @@ class MaskSpec:
             # then fails); int64 (intp) indices spare take() a cast (and uint64 + int64 would give floats).
             # Both are checked at once by comparing the scratch's bytes with all ones (one bytes comparison
             # costs a fraction of np.count_nonzero); a True stored as another byte takes the exact count.
-            unsigned = choices if choices.dtype.kind == "u" else choices.view(_UNSIGNED[choices.dtype.itemsize])
+            signed = choices.dtype.kind == "i"
+            unsigned = choices.view(_UNSIGNED[choices.dtype.itemsize]) if signed else choices
             tables = self._row_tables.get(n_rows) or self._tables(n_rows)
-            limits, starts, checked, in_range, own, all_true, in_range_true = tables
+            limits, starts, flat_index, checked, in_range, own, all_true, in_range_true = tables
             _less(unsigned, limits, in_range)
             if rows is None:
                 if in_range.tobytes() == in_range_true:
                     return
                 raise self._action_error(choices, None, row_label)
-            signed = choices if choices.dtype.kind == "i" else unsigned.astype(np.int64)
-            allowed: MaskArray = cast(np.ndarray, rows).take(signed + starts, out=own, mode="clip")
+            _add(choices if signed else unsigned.astype(np.int64), starts, flat_index)
+            mask_rows: np.ndarray = rows  # type: ignore[assignment]  # numpy rows for numpy choices
+            allowed: MaskArray = mask_rows.take(flat_index, None, own, "clip")
             if checked.tobytes() == all_true:
                 return
             if in_range.tobytes() != in_range_true:
@@ -180,12 +182,13 @@ class MaskSpec:
 
     def _flat_starts(self, n_rows: int) -> np.ndarray:
         """Flat index of each row's group starts in ``(n_rows, size)`` rows."""
-        return self._tables(n_rows)[1]
+        return self._tables(n_rows)[1]  # (limits, starts, ...)
 
     def _tables(self, n_rows: int) -> _Tables:
         """The constants and scratch of :meth:`check_actions` for ``(n_rows, n_groups)`` choices, made once per row
         count: each choice's exclusive upper bound (uint64, for the unsigned view), the flat index of its group's
-        start in ``(n_rows, size)`` rows (int64, numpy's index type), a bool ``(2, n_rows, n_groups)`` scratch,
+        start in ``(n_rows, size)`` rows (int64, numpy's index type), scratch for the flat index of each choice
+        in the rows, a bool ``(2, n_rows, n_groups)`` scratch,
         its halves (each choice in range; each allowed by its own mask), and the bytes of the scratch and of its
         first half when all is True."""
         tables = self._row_tables.get(n_rows)
@@ -193,9 +196,11 @@ class MaskSpec:
             shape = (n_rows, len(self.groups))
             limits = np.ascontiguousarray(np.broadcast_to(self._limits.astype(np.uint64), shape))
             starts = np.arange(n_rows, dtype=np.int64)[:, None] * self.size + self._starts.astype(np.int64)
+            index = np.empty(shape, dtype=np.int64)
             checked = np.zeros((2, *shape), dtype=np.bool_)
             true = np.ones_like(checked).tobytes()
-            tables = self._row_tables[n_rows] = (limits, starts, checked, checked[0], checked[1], true, true[::2])
+            parts = (checked, checked[0], checked[1], true, true[::2])
+            tables = self._row_tables[n_rows] = (limits, starts, index, *parts)
         return tables
 
     def _action_error(
