@@ -358,6 +358,73 @@ def test_a_bad_field_raises_naming_it_and_writes_nothing(bad):
     _assert_rejected(buf, step, ValueError, phrase)
 
 
+def _layouts(values: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``values`` in the memory layouts a policy may hand add(): each holds the same numbers."""
+    wide = torch.stack([torch.zeros_like(values), values, torch.ones_like(values)], dim=-1)
+    return {
+        "contiguous": values.clone(),
+        "float64": values.double(),
+        "strided": wide[..., 1],  # not contiguous: every third float of the wide tensor
+        "offset": torch.cat([torch.ones(1), values.reshape(-1)])[1:].reshape(values.shape),
+        "requires_grad": values.clone().requires_grad_(),
+        "lazily negated": torch._neg_view(-values),  # its memory holds -values
+    }
+
+
+@pytest.mark.parametrize("layout", list(_layouts(torch.zeros(1))))
+@pytest.mark.parametrize("fields", [("value",), ("log_prob",), ("value", "log_prob")])
+def test_values_and_log_probs_in_any_tensor_layout_store_sb3_contribs_bits(layout, fields):
+    ref, ours = make_pair(OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], 3, 4)
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        step = random_step(ours.observation_space, ours.action_space, 4, rng)
+        ref.add(**step)
+        step.update({field: _layouts(step[field])[layout] for field in fields})
+        ours.add(**step)
+    for name in ("values", "log_probs"):
+        assert np.array_equal(getattr(ours, name).view(np.uint32), getattr(ref, name).view(np.uint32)), name
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint64, np.int32, np.int8])
+def test_actions_of_any_integer_dtype_are_checked_and_stored_as_sb3_contrib_stores_them(dtype):
+    ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["multidiscrete"], 2, 3)
+    rng = np.random.default_rng(6)
+    for _ in range(2):
+        step = random_step(ours.observation_space, ours.action_space, 3, rng)
+        step["action"] = step["action"].astype(dtype)
+        ref.add(**step)
+        ours.add(**step)
+    assert np.array_equal(ours.actions, ref.actions) and ours.actions.dtype == ref.actions.dtype
+    ours.reset()
+    step = random_step(ours.observation_space, ours.action_space, 3, rng)
+    forbidden = step | {"action": step["action"].astype(dtype)}
+    _forbid_own_action(forbidden)
+    _assert_rejected(ours, forbidden, ValueError, "forbidden by its own action mask")
+    huge = np.iinfo(dtype).max  # out of range; for uint64 past int64's range too
+    _set_action(step, np.asarray(huge, dtype=dtype), env=2, group=1)
+    _assert_rejected(ours, step, ValueError, f"action for env 2 (sub-action 1) is {huge}")
+
+
+@pytest.mark.parametrize("shape", ["(n_envs,)", "(n_envs, 1) as SB3 passes them"])
+def test_discrete_actions_flat_or_in_a_column_are_stored_as_sb3_contrib_stores_them(shape):
+    ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], 2, 3)
+    rng = np.random.default_rng(7)
+    for _ in range(2):
+        step = random_step(ours.observation_space, ours.action_space, 3, rng)
+        if shape != "(n_envs,)":
+            step["action"] = step["action"].reshape(3, 1)
+        ref.add(**step)
+        ours.add(**step)
+    assert np.array_equal(ours.actions, ref.actions) and ours.tensordict["action"].shape == (3, 2)
+    ours.reset()
+    step = random_step(ours.observation_space, ours.action_space, 3, rng)
+    step["action_masks"][1, step["action"][1]] = False
+    step["action_masks"][1, (step["action"][1] + 1) % 6] = True
+    if shape != "(n_envs,)":
+        step["action"] = step["action"].reshape(3, 1)
+    _assert_rejected(ours, step, ValueError, "action for env 1 is", "forbidden by its own action mask")
+
+
 def test_value_checks_can_be_turned_off_and_then_store_what_is_given():
     _, ours = make_pair(OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], 2, 2, check_values=False)
     step = random_step(ours.observation_space, ours.action_space, 2, np.random.default_rng(0))

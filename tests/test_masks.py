@@ -82,3 +82,32 @@ def test_word_sized_groups_find_the_one_empty_group(kind, group):
         spec.check(kind(masks), n_envs=3)
     masks[2, 4 * group - 1] = True
     assert spec.check(kind(masks), n_envs=3).shape == (3, 5 * group)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8, np.uint64])
+def test_check_actions_accepts_allowed_actions_and_names_the_first_bad_one(dtype):
+    spec = mask_spec(spaces.MultiDiscrete([3, 2, 4]))
+    rows = np.ones((3, 9), dtype=bool)
+    rows[1, 3] = False  # env 1 may not choose 0 in sub-action 1
+    actions = np.array([[2, 0, 3], [0, 1, 0], [1, 1, 2]], dtype=dtype)
+    spec.check_actions(actions, rows)
+    spec.check_actions(actions, None)
+    for row_label in (None, lambda row: f"row {row}"):  # the scratch is reused: call after call
+        forbidden = actions.copy()
+        forbidden[1, 1] = 0
+        with pytest.raises(ValueError, match=r"(env|row) 1 \(sub-action 1\) is 0, which is forbidden"):
+            spec.check_actions(forbidden, rows, row_label)
+        too_large = actions.copy()
+        too_large[2, 2] = 4
+        for masks in (rows, None):
+            with pytest.raises(ValueError, match=r"(env|row) 2 \(sub-action 2\) is 4, which is not a choice"):
+                spec.check_actions(too_large, masks, row_label)
+        spec.check_actions(actions, rows)
+
+
+def test_check_actions_accepts_masks_that_hold_true_as_other_bytes():
+    spec = mask_spec(spaces.Discrete(4))
+    rows = np.array([[0, 2, 0, 0], [255, 0, 0, 1]], dtype=np.uint8).view(bool)  # True stored as 2 and 255
+    spec.check_actions(np.array([1, 0]), rows)
+    with pytest.raises(ValueError, match="env 1 is 1, which is forbidden"):
+        spec.check_actions(np.array([1, 1]), rows)

@@ -25,6 +25,8 @@ __all__ = ["MaskArray", "MaskSpec", "mask_spec"]
 MaskArray = np.ndarray | torch.Tensor
 
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_Tables = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bytes, bytes]  # _tables
+_less, _add = np.less, np.add  # with a positional out: cheaper than out=
 _WORD = {2: (np.uint16, torch.int16), 4: (np.uint32, torch.int32), 8: (np.uint64, torch.int64)}
 
 
@@ -43,7 +45,7 @@ class MaskSpec:
         self._starts = offsets[:-1]
         self._uniform = len(set(groups)) == 1
         self._limits = np.asarray(groups)
-        self._row_tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see _tables
+        self._row_tables: dict[int, _Tables] = {}  # see _tables
 
     def __repr__(self) -> str:
         return f"MaskSpec(groups={self.groups}, size={self.size})"
@@ -132,23 +134,35 @@ class MaskSpec:
         choices = actions.reshape(n_rows, len(self.groups))
         if type(choices) is np.ndarray and choices.dtype.kind in "iu":
             # Negative choices become huge in the unsigned view: one comparison with each choice's limit (a
-            # table of the choices' shape: no broadcast) checks both bounds, and the counts (np.count_nonzero)
-            # cost a fraction of a reduction such as .all().
-            unsigned = choices if choices.dtype.kind == "u" else choices.view(_UNSIGNED[choices.dtype.itemsize])
+            # table of the choices' shape: no broadcast) checks both bounds. The gather of each choice's own mask
+            # entry goes beside it, clipped so that it cannot fail on a choice out of range (the comparison
+            # then fails); int64 (intp) indices spare take() a cast (and uint64 + int64 would give floats).
+            # Both are checked at once by comparing the scratch's bytes with all ones (one bytes comparison
+            # costs a fraction of np.count_nonzero); a True stored as another byte takes the exact count.
+            signed = choices.dtype.kind == "i"
+            unsigned = choices.view(_UNSIGNED[choices.dtype.itemsize]) if signed else choices
             tables = self._row_tables.get(n_rows) or self._tables(n_rows)
-            if np.count_nonzero(unsigned < tables[0]) != unsigned.size:
-                raise self._action_error(choices, None, row_label)
+            limits, starts, flat_index, checked, in_range, own, all_true, in_range_true = tables
+            _less(unsigned, limits, in_range)
             if rows is None:
+                if in_range.tobytes() == in_range_true:
+                    return
+                raise self._action_error(choices, None, row_label)
+            _add(choices if signed else unsigned.astype(np.int64), starts, flat_index)
+            mask_rows: np.ndarray = rows  # type: ignore[assignment]  # numpy rows for numpy choices
+            allowed: MaskArray = mask_rows.take(flat_index, None, own, "clip")
+            if checked.tobytes() == all_true:
                 return
-            allowed = rows.take(unsigned + tables[1])
-            if np.count_nonzero(allowed) == allowed.size:
+            if in_range.tobytes() != in_range_true:
+                raise self._action_error(choices, None, row_label)
+            if np.count_nonzero(own) == own.size:  # masks holding True as bytes other than 1 (bool views)
                 return
         else:
             self._check_choices(choices, row_label)
             if rows is None:
                 return
             if isinstance(choices, np.ndarray):
-                allowed = rows.take(choices.astype(np.uint64) + self._flat_starts(n_rows))
+                allowed = rows.take(choices.astype(np.int64) + self._flat_starts(n_rows))
             else:
                 index = choices.long() + torch.as_tensor(self._starts, device=choices.device)
                 allowed = torch.as_tensor(rows, device=choices.device).gather(1, index)
@@ -168,17 +182,25 @@ class MaskSpec:
 
     def _flat_starts(self, n_rows: int) -> np.ndarray:
         """Flat index of each row's group starts in ``(n_rows, size)`` rows."""
-        return self._tables(n_rows)[1]
+        return self._tables(n_rows)[1]  # (limits, starts, ...)
 
-    def _tables(self, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(limits, flat starts)`` of ``(n_rows, n_groups)`` choices as uint64, made once per row count: each
-        choice's exclusive upper bound, and the flat index of its group's start in ``(n_rows, size)`` rows."""
+    def _tables(self, n_rows: int) -> _Tables:
+        """The constants and scratch of :meth:`check_actions` for ``(n_rows, n_groups)`` choices, made once per row
+        count: each choice's exclusive upper bound (uint64, for the unsigned view), the flat index of its group's
+        start in ``(n_rows, size)`` rows (int64, numpy's index type), scratch for the flat index of each choice
+        in the rows, a bool ``(2, n_rows, n_groups)`` scratch,
+        its halves (each choice in range; each allowed by its own mask), and the bytes of the scratch and of its
+        first half when all is True."""
         tables = self._row_tables.get(n_rows)
         if tables is None:
             shape = (n_rows, len(self.groups))
             limits = np.ascontiguousarray(np.broadcast_to(self._limits.astype(np.uint64), shape))
-            starts = np.arange(n_rows, dtype=np.uint64)[:, None] * self.size + self._starts.astype(np.uint64)
-            tables = self._row_tables[n_rows] = (limits, starts)
+            starts = np.arange(n_rows, dtype=np.int64)[:, None] * self.size + self._starts.astype(np.int64)
+            index = np.empty(shape, dtype=np.int64)
+            checked = np.zeros((2, *shape), dtype=np.bool_)
+            true = np.ones_like(checked).tobytes()
+            parts = (checked, checked[0], checked[1], true, true[::2])
+            tables = self._row_tables[n_rows] = (limits, starts, index, *parts)
         return tables
 
     def _action_error(

@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -64,16 +65,21 @@ class DictLeaves:
         # The top-level keys when no Dict is nested: the fast path of split() and pack().
         self._flat_keys = None if nested else [path[0] for path in self.paths]
         self._key_set = None if nested else set(self._flat_keys or ())
+        # The leaves of a non-nested obs in one call (an itemgetter of one key returns the item, not a tuple).
+        self._get_leaves = None
+        if self._flat_keys:
+            getter = operator.itemgetter(*self._flat_keys)
+            self._get_leaves = getter if len(self._flat_keys) > 1 else lambda obs: (getter(obs),)
 
-    def split(self, obs: Any) -> list[Any]:
+    def split(self, obs: Any) -> Sequence[Any]:
         """One step's observation as its leaves, in the paths' order.
 
         :param obs: a dict (nested for nested spaces) of ``(n_envs, *leaf_shape)`` arrays.
-        :return: the leaves.
+        :return: the leaves (a tuple or a list).
         :raises ValueError: not a mapping, or keys missing or unknown (all named).
         """
         if type(obs) is dict and obs.keys() == self._key_set:  # the common case, checked in one comparison
-            return [obs[key] for key in self._flat_keys]  # type: ignore[union-attr]
+            return self._get_leaves(obs)  # type: ignore[misc]
         names = ["/".join(path) for path in self.paths]
         if not isinstance(obs, Mapping):
             raise ValueError(f"observation must be a dict with keys {names}, got {type(obs).__name__}.")

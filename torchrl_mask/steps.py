@@ -9,12 +9,14 @@ buffer writes only what :meth:`StepReader.read` returns, so a rejected step leav
 
 The reader runs on every env step. The common case (numpy arrays of the slot's shape, tensors for the value and
 log-probability, boolean masks) costs a type test, a shape comparison and a dtype-kind test per field; the
-value checks are fused: one dot product over the three float fields (finite iff the sum of squares is), and one
-gather of each action's own mask entry (an allowed action also proves its mask row allows a choice).
+value and log-probability tensors are copied byte for byte into a packed float32 stage beside the reward (no
+array is made of them); the value checks are fused: one np.isfinite over the stage (its bytes compared with all
+ones), and one gather of each action's own mask entry (an allowed action also proves its mask row allows a choice).
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -29,7 +31,10 @@ __all__ = ["StepReader"]
 _NUMERIC = "biuf"  # numpy dtype kinds the storage takes: bool, signed and unsigned integers, floats
 _FLOATS = ("reward", "value", "log_prob")
 _BOOL = np.dtype(np.bool_)
-_REAL = frozenset((torch.float32, torch.float64, torch.float16))  # tensors numpy() takes as floats
+_F32 = torch.float32
+_STRIDED = torch.strided
+_memmove = ctypes.memmove
+_isfinite = np.isfinite  # with a positional out: cheaper than out=
 
 
 def _observation_name(path: tuple[str, ...]) -> str:
@@ -43,7 +48,8 @@ class StepReader:
     :param obs_paths: per observation leaf, its key path in a Dict space (``()`` for a non-Dict space).
     :param obs_slots: per observation leaf, its slot ``(n_envs, *leaf_shape)``.
     :param obs_dtypes: per observation leaf, its numpy dtype in the storage.
-    :param action_slot: the action's slot, ``(n_envs,)`` for Discrete else ``(n_envs, action_dim)``.
+    :param action_slot: the action's slot as stored, ``(n_envs,)`` for Discrete else ``(n_envs, action_dim)``; the
+        action is read and returned as ``(n_envs, action_dim)`` (Discrete's ``(n_envs, 1)``, as SB3 passes it).
     :param spec: the action space's mask layout.
     """
 
@@ -61,20 +67,23 @@ class StepReader:
         self.obs_slots = list(obs_slots)
         self.obs_dtypes = list(obs_dtypes)
         self.action_slot = action_slot
+        # What the action is read as and written from: ``(n_envs, action_dim)``, Discrete's ``(n_envs, 1)`` too,
+        # as SB3's collect_rollouts passes it.
+        self._action_rows = (n_envs, math.prod(action_slot[1:]))
         self.spec = spec
         self._stage = np.empty((3, n_envs), dtype=np.float32)  # reward, value, log_prob: one finite check
-        self._stage_flat = self._stage.reshape(-1)
+        self._finite = np.ones((3, n_envs), dtype=np.bool_)  # np.isfinite of the stage
+        self._all_finite = self._finite.tobytes()
         # The stage's rows, made once: reward, value and log_prob, each (n_envs,); value and log_prob also
         # as (n_envs, 1), the shape SB3's value tensor comes in.
         self._rows = (self._stage[0], self._stage[1], self._stage[2])
         self._columns = (self._stage[1].reshape(n_envs, 1), self._stage[2].reshape(n_envs, 1))
-        self._value_column = self._columns[0]
+        self._value_address, self._log_prob_address = (self._stage[row].ctypes.data for row in (1, 2))
+        self._row_bytes = n_envs * self._stage.itemsize
         self._env_slot = (n_envs,)
         self._column_slot = (n_envs, 1)
         self._mask_slot = (n_envs, spec.size)
-        self._obs = [
-            (index, slot, dtype) for index, (slot, dtype) in enumerate(zip(obs_slots, obs_dtypes, strict=True))
-        ]
+        self._n_leaves = len(self.obs_slots)
         self._fits: dict[tuple[int, np.dtype], bool] = {}  # (leaf, input dtype): every value fits the leaf
 
     def read(
@@ -95,15 +104,18 @@ class StepReader:
         :param check_values: check the values (finite floats, valid actions, no integer wrap-around).
         :raises ValueError: the first problem found, naming the field and what it expected.
         """
-        # An observation leaf of its slot's shape and of the leaf's own dtype needs no other test.
-        arrays = [
-            item if type(item) is np.ndarray and item.dtype is dtype and item.shape == slot else
-            self._observation(index, item, check_values)
-            for (index, slot, dtype), item in zip(self._obs, obs_items, strict=True)
-        ]  # fmt: skip
+        # An observation leaf of its slot's shape and of the leaf's own dtype needs no other test (a loop over
+        # indices: a list comprehension is a function call per step before Python 3.12).
+        arrays = list(obs_items)
+        if len(arrays) != self._n_leaves:
+            raise ValueError(f"{len(arrays)} observation leaves given, expected {self._n_leaves}.")
+        dtypes, slots = self.obs_dtypes, self.obs_slots
+        for index, item in enumerate(arrays):
+            if type(item) is not np.ndarray or item.dtype is not dtypes[index] or item.shape != slots[index]:
+                arrays[index] = self._observation(index, item, check_values)
         action, reward, start, value, log_prob = fields
-        if type(action) is not np.ndarray or action.shape != self.action_slot or action.dtype.kind not in _NUMERIC:
-            action = self._array("action", action, self.action_slot)
+        if type(action) is not np.ndarray or action.shape != self._action_rows or action.dtype.kind not in _NUMERIC:
+            action = self._array("action", action, self._action_rows)
         slot = self._env_slot
         if type(start) is not np.ndarray or start.shape != slot or start.dtype.kind not in _NUMERIC:
             start = self._array("episode_start", start, slot)
@@ -111,17 +123,30 @@ class StepReader:
         if type(reward) is not np.ndarray or reward.shape != slot or reward.dtype.kind not in _NUMERIC:
             reward = self._array("reward", reward, slot)
         reward_row[...] = reward
-        # SB3's value (n_envs, 1) and log_prob (n_envs,) CPU tensors, staged in one test each; else the slow path.
-        if type(value) is torch.Tensor and value.is_cpu and value.shape == self._column_slot and value.dtype in _REAL:
-            self._value_column[...] = value.detach().numpy() if value.requires_grad else value.numpy()
+        # SB3's value (n_envs, 1) and log_prob (n_envs,): float32 CPU tensors whose memory holds exactly their
+        # values (dense, contiguous, no lazy negation), copied byte for byte into the stage: what numpy's float32
+        # assignment would copy, without making an array of each tensor. Anything else: the slow path.
+        if (
+            type(value) is type(log_prob) is torch.Tensor
+            and value.shape == self._column_slot
+            and log_prob.shape == slot
+            and value.dtype is log_prob.dtype is _F32
+            and value.is_cpu
+            and log_prob.is_cpu
+            and value.layout is log_prob.layout is _STRIDED
+            and value.is_contiguous()
+            and log_prob.is_contiguous()
+            and not (value.is_neg() or log_prob.is_neg())
+        ):
+            _memmove(self._value_address, value.data_ptr(), self._row_bytes)
+            _memmove(self._log_prob_address, log_prob.data_ptr(), self._row_bytes)
         else:
             self._stage_row(1, "value", value)
-        if type(log_prob) is torch.Tensor and log_prob.is_cpu and log_prob.shape == slot and log_prob.dtype in _REAL:
-            log_prob_row[...] = log_prob.detach().numpy() if log_prob.requires_grad else log_prob.numpy()
-        else:
             self._stage_row(2, "log_prob", log_prob)
-        if check_values and not math.isfinite(np.vdot(self._stage_flat, self._stage_flat)):
-            self._check_finite()  # not finite, or a sum of squares past float32's range: find out which
+        if check_values:
+            _isfinite(self._stage, self._finite)
+            if self._finite.tobytes() != self._all_finite:  # one bytes comparison: cheaper than .all()
+                self._check_finite()
         masks: Any = True
         if action_masks is not None:
             masks = action_masks
@@ -176,8 +201,8 @@ class StepReader:
 
     def _stage_row(self, row: int, name: str, item: Any) -> None:
         """Stage a value or log-probability: SB3 passes CPU tensors, ``(n_envs, 1)`` or ``(n_envs,)``."""
-        if type(item) is torch.Tensor and item.is_cpu and not item.requires_grad:
-            array = item.numpy()
+        if type(item) is torch.Tensor and item.is_cpu:
+            array = item.numpy(force=True)  # detached, lazy negation resolved
             if array.dtype.kind in _NUMERIC:
                 if array.shape == self._column_slot:
                     self._columns[row - 1][...] = array
@@ -198,7 +223,8 @@ class StepReader:
         if array.shape != slot:
             size = math.prod(slot)
             if array.size != size:
-                expected = f"({self.n_envs},)" if len(slot) == 1 else str(slot)
+                shown = self.action_slot if name == "action" else slot  # Discrete's (n_envs,), as documented
+                expected = f"({self.n_envs},)" if len(shown) == 1 else str(shown)
                 raise ValueError(
                     f"{name} has shape {tuple(array.shape)} ({array.size} entries), expected {expected}: "
                     f"{size // self.n_envs} per env for n_envs={self.n_envs}."

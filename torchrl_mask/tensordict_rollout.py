@@ -88,12 +88,15 @@ class TensorDictRollout:
             (self.n_envs, *self.action_shape),
             self.spec,
         )
-        # The leaves add() writes, in write order; step t's slot of each is target[:, t]. The (n_envs, T, 1)
-        # leaves of rewards, starts and values are viewed as (n_envs, T), so that SB3's (n_envs,) arrays fit
-        # their slot as they come. numpy views on the host: numpy's per-call cost is a fraction of torch's at
-        # one step's sizes (and views made per step cost less than views kept per position, which go cold).
+        # The leaves add() writes, in write order, viewed time-major (T, n_envs, ...): step t's slot of each is
+        # target[t], an integer index (cheaper than the tuple index [:, t]; the memory is the same). The (n_envs,
+        # T, 1) leaves of rewards, starts and values are viewed as (n_envs, T) and the actions as (n_envs, T,
+        # action_dim), so that SB3's (n_envs,) and (n_envs, action_dim) arrays fit their slot as they come. numpy
+        # views on the host: numpy's per-call cost is a fraction of torch's at one step's sizes (and views made
+        # per step cost less than views kept per position, which go cold).
         targets = [self.leaves[key][..., 0] if key in _PER_ENV else self.leaves[key] for key in _STEP_FIELDS]
-        targets = [*self.observations, *targets]
+        targets[0] = targets[0].reshape(self.n_envs, self.buffer_size, -1)  # (n_envs, T, action_dim), Discrete too
+        targets = [target.transpose(0, 1) for target in (*self.observations, *targets)]
         self._targets: list[Any] = [target.numpy() for target in targets] if self.host else targets
 
     def __getstate__(self) -> dict[str, Any]:
@@ -126,11 +129,11 @@ class TensorDictRollout:
         arrays = self.reader.read(obs_items, fields, action_masks, check_masks, check_values)
         if self.host:
             for target, array in zip(self._targets, arrays, strict=True):
-                target[:, pos] = array
+                target[pos] = array
         else:
             device = self.tensordict.device
             for target, array in zip(self._targets, arrays, strict=True):
-                target[:, pos] = array if array is True else torch.as_tensor(array, device=device)
+                target[pos] = array if array is True else torch.as_tensor(array, device=device)
 
     # ------------------------------------------------------------------------------------ whole batch
 
