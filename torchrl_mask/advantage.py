@@ -9,12 +9,14 @@ by one of four routes:
   sb3-contrib's (and to TorchRL's ``generalized_advantage_estimate``). Everything that does not depend on the
   next step's advantage is computed for the whole rollout at once; the scan itself is two float32 operations a
   step. The default on the CPU.
-- ``"fast"``: the rollout folded into blocks of ``~sqrt(T)`` steps; one scan runs inside all blocks at once
-  (TorchRL's ``generalized_advantage_estimate`` on an accelerator, numpy on the host), a second one across the
-  blocks carries each block's first advantage into the block before it: ``O(n_envs * T)`` work whatever the
-  episode ends, ``~2 sqrt(T)`` sequential steps. The carried terms are summed in another order than the scan's
-  (equal to about 1e-6 relative). The default on an accelerator, where a step-by-step scan launches kernels every
-  step.
+- ``"fast"``: exact to float32 rounding (about 1e-7 relative) but not in sb3-contrib's order. On the host, a
+  closed form: ``A_t = c^(-t) (C_t - C_{e+1})`` with ``c = gamma * lambda``, ``C_t = sum_{k>=t} c^k delta_k`` (one
+  reversed cumulative sum) and ``e`` the last step of ``t``'s episode (one running maximum over the episode ends),
+  in float64, in blocks short enough that ``c^(-t)`` stays far from overflow: a dozen numpy calls and no Python
+  loop over time, whatever the episode ends. On an accelerator, the rollout folded into blocks of ``~sqrt(T)``
+  steps: TorchRL's ``generalized_advantage_estimate`` inside all blocks at once, then a scan across the blocks
+  carries each block's first advantage into the block before it (``~2 sqrt(T)`` sequential steps, where a
+  step-by-step scan launches kernels every step). The default on an accelerator.
 - ``"loop"`` and ``"vec"``: TorchRL's ``generalized_advantage_estimate`` and ``vec_generalized_advantage_estimate``
   as they are (``"vec"`` pads every trajectory to the longest one, so its cost grows with the episode ends).
 
@@ -34,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Literal, TypeVar
 
@@ -49,6 +52,8 @@ __all__ = [
     "GaeMethod",
     "bootstrap_inputs",
     "generalized_advantage",
+    "host_advantage",
+    "host_bootstrap",
     "next_step",
     "resolve_gae_method",
 ]
@@ -60,6 +65,8 @@ _Steps = TypeVar("_Steps", torch.Tensor, np.ndarray)
 # Up to this many envs the exact scan runs env by env on numpy float32 scalars (a scalar operation costs less
 # than a ufunc call on a short row); above it, step by step on rows of all envs.
 _SCALAR_SCAN_MAX_ENVS = 2
+# The fast host route keeps c^t and c^(-t) within 1e-150..1e150: far from float64's limits whatever delta is.
+_MAX_DECADES = 150.0
 
 
 def resolve_gae_method(method: str, device: torch.device) -> str:
@@ -80,17 +87,21 @@ def resolve_gae_method(method: str, device: torch.device) -> str:
 def bootstrap_inputs(
     values: torch.Tensor,
     episode_starts: torch.Tensor,
-    last_values: torch.Tensor,
-    dones: torch.Tensor,
+    last_values: torch.Tensor | np.ndarray,
+    dones: torch.Tensor | np.ndarray,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    terminated: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Map SB3's episode starts and final dones onto TorchRL's next-step values and dones.
 
     :param values: ``V(s_t)``, shape ``(n_envs, T, 1)``.
     :param episode_starts: SB3's ``episode_starts`` (obs ``t`` begins an episode), bool, ``(n_envs, T, 1)``.
-    :param last_values: ``V(s_T)`` of the observation after the rollout, ``(n_envs, 1)`` or ``(n_envs,)``.
-    :param dones: whether the rollout's last step ended an episode, ``(n_envs, 1)`` or ``(n_envs,)``.
+    :param last_values: ``V(s_T)`` of the observation after the rollout, ``n_envs`` entries (a tensor, detached
+        here, or an array).
+    :param dones: whether the rollout's last step ended an episode, ``n_envs`` entries (a tensor or an array).
     :param out: optional ``(next_values, done)`` tensors, ``(n_envs, T, 1)``, to write into.
+    :param terminated: optional bool ``(n_envs, T, 1)`` tensor, also written with ``done`` (SB3 folds a truncation
+        into the reward, so each of its dones is terminal).
     :return: ``(next_values, done)``: ``V(s_{t+1})`` float and ``done_t`` bool, both ``(n_envs, T, 1)``.
     """
     if out is None:
@@ -100,13 +111,50 @@ def bootstrap_inputs(
         next_values, done = out
     n_envs = values.shape[0]
     if values.device.type == "cpu":  # numpy views: a slice assignment costs a fraction of torch's on the host
-        nv, v, d, s = (t.reshape(n_envs, -1).numpy() for t in (next_values, values, done, episode_starts))
-        next_step(v, last_values.reshape(n_envs).numpy(force=True), out=nv)
-        next_step(s, dones.reshape(n_envs).numpy(force=True), out=d)
+        v, s, nv, d = (_rows(tensor) for tensor in (values, episode_starts, next_values, done))
+        host_bootstrap(v, s, nv, d, last_values, dones, None if terminated is None else _rows(terminated))
         return next_values, done
-    next_step(values, last_values.reshape(n_envs, 1).to(next_values), out=next_values)
-    next_step(episode_starts, dones.reshape(n_envs, 1).to(device=done.device, dtype=torch.bool), out=done)
+    last = torch.as_tensor(last_values).detach().reshape(n_envs, 1)
+    next_step(values, last.to(next_values), out=next_values)
+    ends = torch.as_tensor(dones).reshape(n_envs, 1).to(device=done.device, dtype=torch.bool)
+    next_step(episode_starts, ends, out=done)
+    if terminated is not None:
+        terminated.copy_(done)
     return next_values, done
+
+
+def host_bootstrap(
+    values: np.ndarray,
+    episode_starts: np.ndarray,
+    next_values: np.ndarray,
+    done: np.ndarray,
+    last_values: torch.Tensor | np.ndarray,
+    dones: torch.Tensor | np.ndarray,
+    terminated: np.ndarray | None = None,
+) -> None:
+    """:func:`bootstrap_inputs` on the host, on ``(n_envs, T)`` numpy views (which a caller can keep: making
+    them costs as much as this).
+
+    :param values: ``V(s_t)``, ``(n_envs, T)`` float32.
+    :param episode_starts: SB3's episode starts, ``(n_envs, T)`` bool.
+    :param next_values: ``(n_envs, T)`` float32, receives ``V(s_{t+1})``.
+    :param done: ``(n_envs, T)`` bool, receives ``done_t``.
+    :param last_values: ``V(s_T)``, ``n_envs`` entries (a tensor, detached here, or an array).
+    :param dones: whether the last step ended an episode, ``n_envs`` entries.
+    :param terminated: optional ``(n_envs, T)`` bool, also receives ``done_t``.
+    """
+    n_envs = values.shape[0]
+    next_step(values, _host_array(last_values).reshape(n_envs), out=next_values)
+    next_step(episode_starts, _host_array(dones).reshape(n_envs), out=done)
+    if terminated is not None:
+        np.copyto(terminated, done)
+
+
+def _host_array(entries: torch.Tensor | np.ndarray) -> np.ndarray:
+    """A tensor (detached, copied to the host if need be) or anything array-like, as a numpy array."""
+    if isinstance(entries, torch.Tensor):
+        return entries.numpy(force=entries.requires_grad or not entries.is_cpu)
+    return np.asarray(entries)
 
 
 def next_step(steps: _Steps, last: _Steps | float, out: _Steps) -> _Steps:
@@ -159,15 +207,11 @@ def generalized_advantage(
     route = resolve_gae_method(method, value.device)
     terminal = done if terminated is None else terminated
     if route in ("exact", "fast") and value.device.type == "cpu":
-        terms = _host_terms(reward, value, next_value, done, terminal, gamma, gae_lambda)
-        scan = _exact_host(*terms) if route == "exact" else _blocked_host(*terms)
         if out is None:
-            advantage = torch.from_numpy(np.ascontiguousarray(scan)).reshape(value.shape)
-            return advantage, advantage + value
-        n_envs, steps = scan.shape
-        adv, ret = (t.reshape(n_envs, steps).numpy() for t in out)
-        adv[...] = scan
-        np.add(adv, value.reshape(n_envs, steps).numpy(), out=ret)
+            out = (torch.empty_like(value), torch.empty_like(value))
+        r, v, nv, d, adv, ret = (_rows(tensor) for tensor in (reward, value, next_value, done, *out))
+        term = None if terminated is None else _rows(terminated)
+        host_advantage(r, v, nv, d, gamma, gae_lambda, route, adv, ret, terminated=term)
         return out
     if route == "exact":
         advantage = _exact_device(reward, value, next_value, done, terminal, gamma, gae_lambda)
@@ -183,24 +227,64 @@ def generalized_advantage(
     return out
 
 
+def host_advantage(
+    reward: np.ndarray,
+    value: np.ndarray,
+    next_value: np.ndarray,
+    done: np.ndarray,
+    gamma: float,
+    gae_lambda: float,
+    route: str,
+    advantage: np.ndarray,
+    returns: np.ndarray,
+    terminated: np.ndarray | None = None,
+) -> None:
+    """:func:`generalized_advantage`'s ``"exact"`` and ``"fast"`` routes on the host, on ``(n_envs, T)`` numpy views
+    (which a caller can keep: making them costs as much as the fast route's maths).
+
+    :param reward: ``r_t``, ``(n_envs, T)`` float32.
+    :param value: ``V(s_t)``, ``(n_envs, T)`` float32.
+    :param next_value: ``V(s_{t+1})``, ``(n_envs, T)`` float32.
+    :param done: ``(n_envs, T)`` bool.
+    :param gamma: discount factor.
+    :param gae_lambda: GAE's lambda.
+    :param route: ``"exact"`` or ``"fast"``.
+    :param advantage: ``(n_envs, T)`` float32, receives the advantages.
+    :param returns: ``(n_envs, T)`` float32, receives the returns.
+    :param terminated: ``(n_envs, T)`` bool, or None: every ``done`` is terminal.
+    :raises ValueError: ``"fast"`` with ``gamma * gae_lambda`` outside ``[0, 1]``.
+    """
+    terminal = done if terminated is None else terminated
+    if route == "exact":
+        advantage[...] = _exact_host(*_host_terms(reward, value, next_value, done, terminal, gamma, gae_lambda))
+    else:
+        _closed_form_host(reward, value, next_value, done, terminal, gamma, gae_lambda, out=advantage)
+    np.add(advantage, value, out=returns)
+
+
+def _rows(tensor: torch.Tensor) -> np.ndarray:
+    """An ``(n_envs, T, 1)`` host tensor as an ``(n_envs, T)`` numpy view (numpy's indexing costs a fraction of a
+    torch call, and a view writes through)."""
+    return tensor.numpy()[..., 0]
+
+
 def _host_terms(
-    reward: torch.Tensor,
-    value: torch.Tensor,
-    next_value: torch.Tensor,
-    done: torch.Tensor,
-    terminated: torch.Tensor,
+    reward: np.ndarray,
+    value: np.ndarray,
+    next_value: np.ndarray,
+    done: np.ndarray,
+    terminated: np.ndarray,
     gamma: float,
     gae_lambda: float,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``delta`` and the discount ``gamma * lambda * (1 - done)`` as ``(n_envs, T)`` float32 numpy arrays.
 
     sb3-contrib's expressions in its order, over the whole rollout at once: each element rounds as in its loop.
+    All inputs are ``(n_envs, T)`` numpy arrays (float32, ``done`` and ``terminated`` bool).
     """
-    n_envs, steps = value.shape[:2]
-    r, v, nv = (t.reshape(n_envs, steps).numpy() for t in (reward, value, next_value))
-    not_done = 1.0 - done.reshape(n_envs, steps).numpy().astype(np.float32)
-    not_term = not_done if terminated is done else 1.0 - terminated.reshape(n_envs, steps).numpy().astype(np.float32)
-    return r + gamma * nv * not_term - v, gamma * gae_lambda * not_done
+    not_done = 1.0 - done.astype(np.float32)
+    not_term = not_done if terminated is done else 1.0 - terminated.astype(np.float32)
+    return reward + gamma * next_value * not_term - value, gamma * gae_lambda * not_done
 
 
 def _exact_host(delta: np.ndarray, discount: np.ndarray) -> np.ndarray:
@@ -214,27 +298,121 @@ def _exact_host(delta: np.ndarray, discount: np.ndarray) -> np.ndarray:
     return _row_scan(np.ascontiguousarray(delta.T), np.ascontiguousarray(discount.T)).T
 
 
-def _blocked_host(delta: np.ndarray, discount: np.ndarray) -> np.ndarray:
-    """The ``"fast"`` route's block decomposition on the host (numpy scans); returns ``(n_envs, T)``."""
-    n_envs, steps = delta.shape
-    block, n_blocks, pad = _blocking(steps)
-    if pad:  # zero terms past the end: they add nothing and carry nothing back
-        delta, discount = (np.concatenate((x, np.zeros((n_envs, pad), np.float32)), axis=1) for x in (delta, discount))
-    # Time-major inside the blocks: (block, n_envs * n_blocks), each column one block of one env.
-    delta_tm = np.ascontiguousarray(delta.reshape(n_envs * n_blocks, block).T)
-    discount_tm = np.ascontiguousarray(discount.reshape(n_envs * n_blocks, block).T)
-    inside = _row_scan(delta_tm, discount_tm)
-    # w_t, the product of the discounts from t to the block's end: a running product, last step first.
-    weight = np.multiply.accumulate(discount_tm[::-1], axis=0)[::-1]
-    # A at each block's first step: the same recurrence over the blocks, (n_blocks, n_envs) time-major.
-    first = _row_scan(
-        np.ascontiguousarray(inside[0].reshape(n_envs, n_blocks).T),
-        np.ascontiguousarray(weight[0].reshape(n_envs, n_blocks).T),
-    )
-    following = np.zeros((n_envs, n_blocks), dtype=np.float32)
-    following[:, :-1] = first[1:].T
-    advantage = inside + weight * following.reshape(1, n_envs * n_blocks)
-    return advantage.T.reshape(n_envs, n_blocks * block)[:, :steps]
+def _closed_form_host(
+    reward: np.ndarray,
+    value: np.ndarray,
+    next_value: np.ndarray,
+    done: np.ndarray,
+    terminated: np.ndarray,
+    gamma: float,
+    gae_lambda: float,
+    out: np.ndarray,
+) -> None:
+    """The ``"fast"`` route on the host: GAE in closed form, a handful of numpy calls and no loop over time.
+
+    With ``c = gamma * lambda`` and ``e(t)`` the last step of ``t``'s episode (within the rollout),
+    ``A_t = sum_{k=t..e(t)} c^(k-t) delta_k = c^(-t) (C_t - C_{e(t)+1})``, where ``C_t = sum_{k>=t} c^k delta_k`` is
+    one reversed cumulative sum per env, and ``C`` at the next episode's first step is found for every step at once
+    (a running maximum over the episode ends, last step first). Computed in float64: the two sums are of the size
+    of ``c^t``, so their difference loses nothing that the rescaling by ``c^(-t)`` would blow up. ``c^(-t)`` and
+    ``c^t`` must stay within float64's range, so a long rollout (or a small ``c``) is cut into blocks of at most
+    :func:`_block_length` steps, the last first, each carrying its first advantage into the block before.
+
+    :param reward: ``r_t``, ``(n_envs, T)`` float32.
+    :param value: ``V(s_t)``, ``(n_envs, T)`` float32.
+    :param next_value: ``V(s_{t+1})``, ``(n_envs, T)`` float32.
+    :param done: ``(n_envs, T)`` bool: the episode ends at ``t``.
+    :param terminated: ``(n_envs, T)`` bool: no bootstrap from ``next_value`` at ``t``.
+    :param gamma: discount factor.
+    :param gae_lambda: GAE's lambda.
+    :param out: ``(n_envs, T)`` float32, receives the advantages (it holds ``delta`` on the way).
+    :raises ValueError: ``gamma * gae_lambda`` outside ``[0, 1]``.
+    """
+    discount = gamma * gae_lambda
+    if not 0.0 <= discount <= 1.0:
+        raise ValueError(
+            f"gae_method='fast' needs 0 <= gamma * gae_lambda <= 1, got {discount}: use gae_method='exact'."
+        )
+    np.multiply(next_value, gamma, out=out)  # delta_t, in float32 as the other routes compute it
+    out[terminated] = 0.0
+    out += reward
+    out -= value
+    if discount == 0.0:  # A_t = delta_t
+        return
+    steps = out.shape[1]
+    block = _block_length(discount, steps)
+    carry = None
+    for end in range(steps, 0, -block):
+        start = max(0, end - block)
+        carry = _closed_form_block(out[:, start:end], done[:, start:end], discount, carry)
+
+
+def _block_length(discount: float, steps: int) -> int:
+    """Steps per block of :func:`_closed_form_host`: all of them unless ``discount^(-L)`` would pass ``1e150``.
+
+    :param discount: ``gamma * lambda``, in ``(0, 1]``.
+    :param steps: the rollout's length ``T``.
+    :return: the block length ``L``, ``1 <= L <= T``.
+    """
+    if discount == 1.0:
+        return steps
+    return max(1, min(steps, int(_MAX_DECADES / -math.log10(discount))))
+
+
+def _closed_form_block(delta: np.ndarray, done: np.ndarray, discount: float, carry: np.ndarray | None) -> np.ndarray:
+    """One block of :func:`_closed_form_host`: its advantages written over its ``delta``, in place.
+
+    Works last step first: column ``2 + u`` of the float64 table holds step ``t = L - 1 - u``; column 1 the
+    advantage carried in from the next block (scaled as step ``L``), column 0 zero (no next episode start in
+    the block). The running sum over the columns gives ``C``; the running maximum over the episode ends gives,
+    for each step, the column of ``C`` at the next episode's first step.
+
+    :param delta: ``(n_envs, L)`` float32 view; overwritten with the advantages.
+    :param done: ``(n_envs, L)`` bool.
+    :param discount: ``gamma * lambda``, in ``(0, 1]``.
+    :param carry: the advantage at the next block's first step, ``(n_envs,)`` float64, or None for the last block.
+    :return: the advantage at this block's first step, ``(n_envs,)`` float64.
+    """
+    n_envs, length = delta.shape
+    scale, inverse, carry_scale = _powers(discount, length)
+    table = np.empty((n_envs, length + 2))
+    table[:, 0] = 0.0
+    table[:, 1] = 0.0 if carry is None else carry * carry_scale
+    terms = table[:, 2:]
+    np.copyto(terms, delta[:, ::-1])
+    terms *= scale  # c^t delta_t
+    np.cumsum(table, axis=1, out=table)  # C_t (plus the carried advantage)
+    if done.any():
+        starts, none = _next_start_columns(n_envs, length)
+        column = np.where(done[:, ::-1], starts, none)
+        np.maximum.accumulate(column, axis=1, out=column)
+        following = np.take(table, column)  # C at the next episode's first step (0 when it is past the rollout)
+        terms = np.subtract(terms, following, out=following)
+    terms *= inverse
+    np.copyto(delta[:, ::-1], terms)
+    return terms[:, -1]
+
+
+@functools.lru_cache(maxsize=32)
+def _powers(discount: float, length: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """``c^t`` and ``c^(-t)`` for ``t = L - 1, ..., 0`` (float64, read-only), and ``c^L``."""
+    exponents = np.arange(length - 1, -1, -1, dtype=np.float64)
+    scale, inverse = np.power(discount, exponents), np.power(discount, -exponents)
+    scale.flags.writeable = inverse.flags.writeable = False
+    return scale, inverse, discount**length
+
+
+@functools.lru_cache(maxsize=32)
+def _next_start_columns(n_envs: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Flat indices into the ``(n_envs, L + 2)`` table of :func:`_closed_form_block` (read-only): where the step
+    ``u`` from the end ends an episode, the next one starts at column ``u + 1``; where no episode ends, column 0.
+
+    :return: ``(n_envs, L)`` int64 for an episode end at each step, ``(n_envs, 1)`` for none.
+    """
+    rows = np.arange(n_envs, dtype=np.int64)[:, None] * (length + 2)
+    starts = rows + np.arange(1, length + 1, dtype=np.int64)
+    starts.flags.writeable = rows.flags.writeable = False
+    return starts, rows
 
 
 def _blocking(steps: int) -> tuple[int, int, int]:
@@ -302,8 +480,7 @@ def _blocked_device(
     ``B`` steps over ``n_envs * K`` rows, each block's advantage cut at the block's end. A step whose episode runs
     past its block's end then adds ``w_t * A_s``, where ``s`` is the next block's first step and ``w_t`` the product
     of ``gamma * lambda * (1 - done)`` from ``t`` to the block's end; ``A_s`` comes from a scan over the ``K``
-    blocks, last first. Work is ``O(n_envs * T)`` whatever the episode ends; sequential steps ``B + K``. (On the
-    host, :func:`_blocked_host` runs the same decomposition with numpy scans: a torch call costs several numpy ones.)
+    blocks, last first. Work is ``O(n_envs * T)`` whatever the episode ends; sequential steps ``B + K``.
     """
     n_envs, steps = value.shape[:2]
     block, n_blocks, pad = _blocking(steps)
