@@ -9,14 +9,14 @@ by one of four routes:
   sb3-contrib's (and to TorchRL's ``generalized_advantage_estimate``). Everything that does not depend on the
   next step's advantage is computed for the whole rollout at once; the scan itself is two float32 operations a
   step. The default on the CPU.
-- ``"fast"``: equal to the exact values to float32 rounding (about 1e-7 relative), not in sb3-contrib's order. On
-  the host, the recurrence by recursive doubling: ``log2(T)`` rounds, each adding every step's partial sum from
-  ``2^k`` steps ahead, weighted by the product of the discounts in between (zero across an episode end); three
-  numpy calls a round on the whole rollout, no loop over time, whatever the episode ends. On an accelerator, the
-  rollout folded into blocks of ``~sqrt(T)`` steps: TorchRL's ``generalized_advantage_estimate`` inside all
-  blocks at once, then a scan across the blocks carries each block's first advantage into the block before it
-  (``~2 sqrt(T)`` sequential steps, where a step-by-step scan launches kernels every step). The default on an
-  accelerator.
+- ``"fast"``: equal to the exact values to float32 rounding (within 1e-6 of the largest advantage, as close as
+  sb3-contrib's own float32 loop), not in sb3-contrib's order. On the host, the recurrence by recursive doubling:
+  ``log2(T)`` rounds, each adding every step's partial sum from ``2^k`` steps ahead, weighted by the product of
+  the discounts in between (zero across an episode end); three numpy calls a round on the whole rollout, no loop
+  over time, whatever the episode ends. On an accelerator, the rollout folded into blocks of ``~sqrt(T)`` steps:
+  TorchRL's ``generalized_advantage_estimate`` inside all blocks at once, then a scan across the blocks carries
+  each block's first advantage into the block before it (``~2 sqrt(T)`` sequential steps, where a step-by-step
+  scan launches kernels every step). The default on an accelerator.
 - ``"loop"`` and ``"vec"``: TorchRL's ``generalized_advantage_estimate`` and ``vec_generalized_advantage_estimate``
   as they are (``"vec"`` pads every trajectory to the longest one, so its cost grows with the episode ends).
 
