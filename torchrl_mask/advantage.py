@@ -197,7 +197,8 @@ def generalized_advantage(
     :param terminated: bool, ``(n_envs, T, 1)``: step ``t`` ended in a terminal state (no bootstrap from
         ``next_value``); None means every ``done`` is terminal (SB3's convention). Where ``done`` but not
         ``terminated`` (a truncation, TorchRL's convention) ``delta_t`` bootstraps from ``next_value``.
-    :param out: optional ``(advantage, returns)`` tensors, ``(n_envs, T, 1)`` float32, to write into.
+    :param out: optional ``(advantage, returns)`` tensors, ``(n_envs, T, 1)`` float32, to write into (not overlapping
+        the inputs: the fast route keeps intermediate values in them).
     :return: ``(advantage, returns)``, float32, ``(n_envs, T, 1)``.
     :raises ValueError: an unknown method.
     """
@@ -235,6 +236,7 @@ def host_advantage(
     advantage: np.ndarray,
     returns: np.ndarray,
     terminated: np.ndarray | None = None,
+    scratch: np.ndarray | None = None,
 ) -> None:
     """:func:`generalized_advantage`'s ``"exact"`` and ``"fast"`` routes on the host, on ``(n_envs, T)`` numpy views
     (which a caller can keep: making them costs as much as the fast route's maths).
@@ -247,14 +249,17 @@ def host_advantage(
     :param gae_lambda: GAE's lambda.
     :param route: ``"exact"`` or ``"fast"``.
     :param advantage: ``(n_envs, T)`` float32, receives the advantages.
-    :param returns: ``(n_envs, T)`` float32, receives the returns.
+    :param returns: ``(n_envs, T)`` float32, receives the returns. Neither output may overlap an input.
     :param terminated: ``(n_envs, T)`` bool, or None: every ``done`` is terminal.
+    :param scratch: optional ``(n_envs, T)`` float32 array the fast route may overwrite; a caller that keeps one
+        saves an allocation per call (a fresh one can fault its pages in, which costs as much as the maths).
     """
     terminal = done if terminated is None else terminated
     if route == "exact":
         advantage[...] = _exact_host(*_host_terms(reward, value, next_value, done, terminal, gamma, gae_lambda))
-    else:
-        _doubling_host(reward, value, next_value, done, terminal, gamma, gae_lambda, out=advantage)
+    else:  # the returns' storage holds weights until the returns are written
+        spares = (returns, np.empty_like(advantage) if scratch is None else scratch)
+        _doubling_host(reward, value, next_value, done, terminal, gamma, gae_lambda, out=advantage, spares=spares)
     np.add(advantage, value, out=returns)
 
 
@@ -303,9 +308,10 @@ def _doubling_host(
     gamma: float,
     gae_lambda: float,
     out: np.ndarray,
+    spares: tuple[np.ndarray, np.ndarray],
 ) -> None:
     """The ``"fast"`` route on the host: the recurrence by recursive doubling, ``log2(T)`` rounds of three numpy
-    calls on the whole rollout, no loop over time, whatever the episode ends.
+    calls on the whole rollout, no loop over time and no allocation, whatever the episode ends.
 
     With ``w_t = gamma * lambda * (1 - done_t)``: after the round of shift ``s``, ``out[t]`` holds the sum over the
     next ``2s`` steps ``sum_{j<2s} (w_t ... w_{t+j-1}) delta_{t+j}`` and ``weight[t]`` the product
@@ -322,22 +328,24 @@ def _doubling_host(
     :param gamma: discount factor.
     :param gae_lambda: GAE's lambda.
     :param out: ``(n_envs, T)`` float32, receives the advantages (it holds ``delta`` on the way).
+    :param spares: two ``(n_envs, T)`` float32 arrays to overwrite: the weights and the next round's weights.
     """
-    work = out if out.flags.c_contiguous else np.empty(out.shape, np.float32)
+    work, weight, spare = (a if a.flags.c_contiguous else np.empty(a.shape, np.float32) for a in (out, *spares))
     np.multiply(next_value, gamma, out=work)  # delta_t = r_t + gamma * V(s_{t+1}) * (1 - terminated_t) - V(s_t)
     work[terminated] = 0.0
     work += reward
     work -= value
-    weight = np.empty_like(work)
     weight.fill(gamma * gae_lambda)
     weight[done] = 0.0
     weight[:, -1] = 0.0  # nothing carries past the rollout: the envs' rows can run as one
     steps, shift = work.shape[1], 1
-    flat, weight = work.reshape(-1), weight.reshape(-1)  # views: both are C-contiguous
+    flat, weight, spare = work.reshape(-1), weight.reshape(-1), spare.reshape(-1)  # views: all C-contiguous
     while shift < steps:
-        flat[:-shift] += weight[:-shift] * flat[shift:]
-        if 2 * shift < steps:
-            weight[:-shift] *= weight[shift:]  # overlapping operands: numpy reads the old values
+        if 2 * shift < steps:  # the next round's products, before this round's are overwritten
+            np.multiply(weight[:-shift], weight[shift:], out=spare[:-shift])
+        np.multiply(weight[:-shift], flat[shift:], out=weight[:-shift])
+        flat[:-shift] += weight[:-shift]
+        weight, spare = spare, weight  # the last `shift` entries are stale: no later round reads them for `flat`
         shift *= 2
     if work is not out:
         out[...] = work

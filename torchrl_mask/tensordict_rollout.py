@@ -237,7 +237,8 @@ class TensorDictRollout:
         if route in ("exact", "fast") and self.host:
             r, v, nv, d, adv, ret = (self._gae_rows[key] for key in _GAE_ROWS[:6])
             terminated = self._gae_rows[st.NEXT_TERMINATED] if truncations else None
-            host_advantage(r, v, nv, d, gamma, gae_lambda, route, adv, ret, terminated)
+            scratch = self._gae_scratch if route == "fast" else None
+            host_advantage(r, v, nv, d, gamma, gae_lambda, route, adv, ret, terminated, scratch)
             return
         leaf = self.leaves
         generalized_advantage(
@@ -257,6 +258,12 @@ class TensorDictRollout:
         """The GAE leaves (the ``(n_envs, T, 1)`` ones) as ``(n_envs, T)`` numpy views, on the host: made once per
         storage, as making them costs as much as the fast route's maths."""
         return {key: self.leaves[key].numpy()[..., 0] for key in _GAE_ROWS}
+
+    @functools.cached_property
+    def _gae_scratch(self) -> np.ndarray:
+        """An ``(n_envs, T)`` float32 array the fast GAE route overwrites, kept: a fresh one per call can fault its
+        pages in, which costs as much as the route's maths."""
+        return np.zeros((self.n_envs, self.buffer_size), dtype=np.float32)
 
     # ------------------------------------------------------------------------------------ minibatches
 
