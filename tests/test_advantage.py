@@ -129,6 +129,64 @@ def test_fast_gae_agrees_with_torchrls_estimator_to_1e_5_relative(n_envs, steps,
     torch.testing.assert_close(fast_ret, loop_ret, rtol=1e-5, atol=1e-5 * scale)
 
 
+def float64_advantage(x: dict[str, torch.Tensor], gamma: float, gae_lambda: float) -> torch.Tensor:
+    """The recurrence step by step in Python floats (float64), env by env: the truth the fast route is held to."""
+    reward, value, next_value, done, terminated = (x[key][..., 0].tolist() for key in ROLLOUT_KEYS)
+    rows = []
+    for r, v, nv, d, term in zip(reward, value, next_value, done, terminated, strict=True):
+        last, row = 0.0, []
+        for t in range(len(r) - 1, -1, -1):
+            delta = r[t] + (0.0 if term[t] else gamma * nv[t]) - v[t]
+            last = delta + (0.0 if d[t] else gamma * gae_lambda * last)
+            row.append(last)
+        rows.append(row[::-1])
+    return torch.tensor(rows, dtype=torch.float64).unsqueeze(-1)
+
+
+ROLLOUT_KEYS = ("reward", "value", "next_value", "done", "terminated")
+
+
+@pytest.mark.parametrize(("n_envs", "steps"), [(1, 1), (8, 2), (64, 7), (64, 128), (8, 2048), (2, 100_000)])
+def test_fast_gae_is_within_1e_5_of_float64_at_every_discount_and_done_pattern(n_envs, steps):
+    # gamma * lambda in {0, 0.1, 0.5, 0.9405, 1}; ends none, ~1% uniform, mixed long/short, 20% random; a third
+    # of the ends truncations. Relative to the largest advantage, as the float32 loop's own error is.
+    for pattern in ("none", "uniform", "mixed", "random"):
+        x = random_rollout(n_envs, steps, pattern, seed=steps + n_envs)
+        for gamma, gae_lambda in ((0.99, 0.0), (0.5, 0.2), (1.0, 0.5), (0.99, 0.95), (1.0, 1.0)):
+            adv, ret = generalized_advantage(
+                x["reward"], x["value"], x["next_value"], x["done"], gamma, gae_lambda, "fast", x["terminated"]
+            )
+            expected = float64_advantage(x, gamma, gae_lambda)
+            atol, case = 1e-5 * expected.abs().max().item(), f"{pattern}, gamma {gamma}, lambda {gae_lambda}"
+            torch.testing.assert_close(adv.double(), expected, rtol=1e-5, atol=atol, msg=case)
+            torch.testing.assert_close(ret.double(), expected + x["value"].double(), rtol=1e-5, atol=atol, msg=case)
+
+
+def test_fast_gae_reads_and_writes_strided_tensors():
+    # (T, n_envs, 1) storages seen as (n_envs, T, 1): no input or output is contiguous; results must land in `out`.
+    x = random_rollout(3, 50, "random", seed=3)
+    strided = {key: x[key].transpose(0, 1).contiguous().transpose(0, 1) for key in ROLLOUT_KEYS}
+    out = tuple(torch.full_like(strided["value"].transpose(0, 1), -7.0).transpose(0, 1) for _ in range(2))
+    assert not any(t.is_contiguous() for t in (*strided.values(), *out))
+    args = (0.99, 0.95, "fast", strided["terminated"], out)
+    generalized_advantage(strided["reward"], strided["value"], strided["next_value"], strided["done"], *args)
+    expected = float64_advantage(x, 0.99, 0.95)
+    torch.testing.assert_close(out[0].double(), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out[1].double(), expected + x["value"].double(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("gae_method", ["fast", "exact"])
+def test_gae_with_a_wrong_number_of_last_values_or_dones_raises_and_writes_nothing(gae_method):
+    ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], 8, 3, gae_method=gae_method)
+    fill_pair(ref, ours, seed=1)
+    before = ours.tensordict.clone()
+    with pytest.raises(ValueError, match=r"last_values has shape \(2, 1\) \(2 entries\), expected \(3,\)"):
+        ours.compute_returns_and_advantage(last_values=torch.zeros(2, 1), dones=np.zeros(3))
+    with pytest.raises(ValueError, match=r"dones has shape \(4,\) \(4 entries\), expected \(3,\)"):
+        ours.compute_returns_and_advantage(last_values=torch.zeros(3, 1), dones=np.zeros(4))
+    assert (ours.tensordict == before).all()
+
+
 def test_auto_is_exact_on_the_cpu_and_fast_on_an_accelerator():
     assert resolve_gae_method("auto", torch.device("cpu")) == "exact"
     assert resolve_gae_method("auto", torch.device("cuda")) == "fast"
@@ -146,8 +204,10 @@ def test_a_buffer_with_an_unknown_gae_method_fails_at_construction():
         MaskableRolloutBuffer(4, spaces.Box(-1, 1, (2,)), spaces.Discrete(3), "cpu", gae_method="quick")  # type: ignore[arg-type]
 
 
-def test_torchrl_gae_module_on_the_storage_gives_the_buffers_advantages():
-    ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], buffer_size=20, n_envs=3)
+@pytest.mark.parametrize("gae_method", ["auto", "fast"])
+def test_torchrl_gae_module_on_the_storage_gives_the_buffers_advantages(gae_method):
+    # TorchRL's module reads ("next", "state_value"), ("next", "done") and ("next", "terminated") as written.
+    ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], buffer_size=20, n_envs=3, gae_method=gae_method)
     fill_pair(ref, ours, seed=11)
     rollout = ours.tensordict.clone().exclude("advantage", "value_target")
     GAE(gamma=ours.gamma, lmbda=ours.gae_lambda, value_network=None)(rollout)

@@ -9,12 +9,14 @@ by one of four routes:
   sb3-contrib's (and to TorchRL's ``generalized_advantage_estimate``). Everything that does not depend on the
   next step's advantage is computed for the whole rollout at once; the scan itself is two float32 operations a
   step. The default on the CPU.
-- ``"fast"``: the rollout folded into blocks of ``~sqrt(T)`` steps; one scan runs inside all blocks at once
-  (TorchRL's ``generalized_advantage_estimate`` on an accelerator, numpy on the host), a second one across the
-  blocks carries each block's first advantage into the block before it: ``O(n_envs * T)`` work whatever the
-  episode ends, ``~2 sqrt(T)`` sequential steps. The carried terms are summed in another order than the scan's
-  (equal to about 1e-6 relative). The default on an accelerator, where a step-by-step scan launches kernels every
-  step.
+- ``"fast"``: equal to the exact values to float32 rounding (within 1e-6 of the largest advantage, as close as
+  sb3-contrib's own float32 loop), not in sb3-contrib's order. On the host, the recurrence by recursive doubling:
+  ``log2(T)`` rounds, each adding every step's partial sum from ``2^k`` steps ahead, weighted by the product of
+  the discounts in between (zero across an episode end); three numpy calls a round on the whole rollout, no loop
+  over time, whatever the episode ends. On an accelerator, the rollout folded into blocks of ``~sqrt(T)`` steps:
+  TorchRL's ``generalized_advantage_estimate`` inside all blocks at once, then a scan across the blocks carries
+  each block's first advantage into the block before it (``~2 sqrt(T)`` sequential steps, where a step-by-step
+  scan launches kernels every step). The default on an accelerator.
 - ``"loop"`` and ``"vec"``: TorchRL's ``generalized_advantage_estimate`` and ``vec_generalized_advantage_estimate``
   as they are (``"vec"`` pads every trajectory to the longest one, so its cost grows with the episode ends).
 
@@ -49,6 +51,8 @@ __all__ = [
     "GaeMethod",
     "bootstrap_inputs",
     "generalized_advantage",
+    "host_advantage",
+    "host_bootstrap",
     "next_step",
     "resolve_gae_method",
 ]
@@ -80,17 +84,21 @@ def resolve_gae_method(method: str, device: torch.device) -> str:
 def bootstrap_inputs(
     values: torch.Tensor,
     episode_starts: torch.Tensor,
-    last_values: torch.Tensor,
-    dones: torch.Tensor,
+    last_values: torch.Tensor | np.ndarray,
+    dones: torch.Tensor | np.ndarray,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    terminated: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Map SB3's episode starts and final dones onto TorchRL's next-step values and dones.
 
     :param values: ``V(s_t)``, shape ``(n_envs, T, 1)``.
     :param episode_starts: SB3's ``episode_starts`` (obs ``t`` begins an episode), bool, ``(n_envs, T, 1)``.
-    :param last_values: ``V(s_T)`` of the observation after the rollout, ``(n_envs, 1)`` or ``(n_envs,)``.
-    :param dones: whether the rollout's last step ended an episode, ``(n_envs, 1)`` or ``(n_envs,)``.
+    :param last_values: ``V(s_T)`` of the observation after the rollout, ``n_envs`` entries (a tensor, detached
+        here, or an array).
+    :param dones: whether the rollout's last step ended an episode, ``n_envs`` entries (a tensor or an array).
     :param out: optional ``(next_values, done)`` tensors, ``(n_envs, T, 1)``, to write into.
+    :param terminated: optional bool ``(n_envs, T, 1)`` tensor, also written with ``done`` (SB3 folds a truncation
+        into the reward, so each of its dones is terminal).
     :return: ``(next_values, done)``: ``V(s_{t+1})`` float and ``done_t`` bool, both ``(n_envs, T, 1)``.
     """
     if out is None:
@@ -100,13 +108,50 @@ def bootstrap_inputs(
         next_values, done = out
     n_envs = values.shape[0]
     if values.device.type == "cpu":  # numpy views: a slice assignment costs a fraction of torch's on the host
-        nv, v, d, s = (t.reshape(n_envs, -1).numpy() for t in (next_values, values, done, episode_starts))
-        next_step(v, last_values.reshape(n_envs).numpy(force=True), out=nv)
-        next_step(s, dones.reshape(n_envs).numpy(force=True), out=d)
+        v, s, nv, d = (_rows(tensor) for tensor in (values, episode_starts, next_values, done))
+        host_bootstrap(v, s, nv, d, last_values, dones, None if terminated is None else _rows(terminated))
         return next_values, done
-    next_step(values, last_values.reshape(n_envs, 1).to(next_values), out=next_values)
-    next_step(episode_starts, dones.reshape(n_envs, 1).to(device=done.device, dtype=torch.bool), out=done)
+    last = torch.as_tensor(last_values).detach().reshape(n_envs, 1)
+    next_step(values, last.to(next_values), out=next_values)
+    ends = torch.as_tensor(dones).reshape(n_envs, 1).to(device=done.device, dtype=torch.bool)
+    next_step(episode_starts, ends, out=done)
+    if terminated is not None:
+        terminated.copy_(done)
     return next_values, done
+
+
+def host_bootstrap(
+    values: np.ndarray,
+    episode_starts: np.ndarray,
+    next_values: np.ndarray,
+    done: np.ndarray,
+    last_values: torch.Tensor | np.ndarray,
+    dones: torch.Tensor | np.ndarray,
+    terminated: np.ndarray | None = None,
+) -> None:
+    """:func:`bootstrap_inputs` on the host, on ``(n_envs, T)`` numpy views (which a caller can keep: making
+    them costs as much as this).
+
+    :param values: ``V(s_t)``, ``(n_envs, T)`` float32.
+    :param episode_starts: SB3's episode starts, ``(n_envs, T)`` bool.
+    :param next_values: ``(n_envs, T)`` float32, receives ``V(s_{t+1})``.
+    :param done: ``(n_envs, T)`` bool, receives ``done_t``.
+    :param last_values: ``V(s_T)``, ``n_envs`` entries (a tensor, detached here, or an array).
+    :param dones: whether the last step ended an episode, ``n_envs`` entries.
+    :param terminated: optional ``(n_envs, T)`` bool, also receives ``done_t``.
+    """
+    n_envs = values.shape[0]
+    next_step(values, _host_array(last_values).reshape(n_envs), out=next_values)
+    next_step(episode_starts, _host_array(dones).reshape(n_envs), out=done)
+    if terminated is not None:
+        np.copyto(terminated, done)
+
+
+def _host_array(entries: torch.Tensor | np.ndarray) -> np.ndarray:
+    """A tensor (detached, copied to the host if need be) or anything array-like, as a numpy array."""
+    if isinstance(entries, torch.Tensor):
+        return entries.numpy(force=entries.requires_grad or not entries.is_cpu)
+    return np.asarray(entries)
 
 
 def next_step(steps: _Steps, last: _Steps | float, out: _Steps) -> _Steps:
@@ -152,22 +197,19 @@ def generalized_advantage(
     :param terminated: bool, ``(n_envs, T, 1)``: step ``t`` ended in a terminal state (no bootstrap from
         ``next_value``); None means every ``done`` is terminal (SB3's convention). Where ``done`` but not
         ``terminated`` (a truncation, TorchRL's convention) ``delta_t`` bootstraps from ``next_value``.
-    :param out: optional ``(advantage, returns)`` tensors, ``(n_envs, T, 1)`` float32, to write into.
+    :param out: optional ``(advantage, returns)`` tensors, ``(n_envs, T, 1)`` float32, to write into (not overlapping
+        the inputs: the fast route keeps intermediate values in them).
     :return: ``(advantage, returns)``, float32, ``(n_envs, T, 1)``.
     :raises ValueError: an unknown method.
     """
     route = resolve_gae_method(method, value.device)
     terminal = done if terminated is None else terminated
     if route in ("exact", "fast") and value.device.type == "cpu":
-        terms = _host_terms(reward, value, next_value, done, terminal, gamma, gae_lambda)
-        scan = _exact_host(*terms) if route == "exact" else _blocked_host(*terms)
         if out is None:
-            advantage = torch.from_numpy(np.ascontiguousarray(scan)).reshape(value.shape)
-            return advantage, advantage + value
-        n_envs, steps = scan.shape
-        adv, ret = (t.reshape(n_envs, steps).numpy() for t in out)
-        adv[...] = scan
-        np.add(adv, value.reshape(n_envs, steps).numpy(), out=ret)
+            out = (torch.empty_like(value), torch.empty_like(value))
+        r, v, nv, d, adv, ret = (_rows(tensor) for tensor in (reward, value, next_value, done, *out))
+        term = None if terminated is None else _rows(terminated)
+        host_advantage(r, v, nv, d, gamma, gae_lambda, route, adv, ret, terminated=term)
         return out
     if route == "exact":
         advantage = _exact_device(reward, value, next_value, done, terminal, gamma, gae_lambda)
@@ -183,24 +225,67 @@ def generalized_advantage(
     return out
 
 
+def host_advantage(
+    reward: np.ndarray,
+    value: np.ndarray,
+    next_value: np.ndarray,
+    done: np.ndarray,
+    gamma: float,
+    gae_lambda: float,
+    route: str,
+    advantage: np.ndarray,
+    returns: np.ndarray,
+    terminated: np.ndarray | None = None,
+    scratch: np.ndarray | None = None,
+) -> None:
+    """:func:`generalized_advantage`'s ``"exact"`` and ``"fast"`` routes on the host, on ``(n_envs, T)`` numpy views
+    (which a caller can keep: making them costs as much as the fast route's maths).
+
+    :param reward: ``r_t``, ``(n_envs, T)`` float32.
+    :param value: ``V(s_t)``, ``(n_envs, T)`` float32.
+    :param next_value: ``V(s_{t+1})``, ``(n_envs, T)`` float32.
+    :param done: ``(n_envs, T)`` bool.
+    :param gamma: discount factor.
+    :param gae_lambda: GAE's lambda.
+    :param route: ``"exact"`` or ``"fast"``.
+    :param advantage: ``(n_envs, T)`` float32, receives the advantages.
+    :param returns: ``(n_envs, T)`` float32, receives the returns. Neither output may overlap an input.
+    :param terminated: ``(n_envs, T)`` bool, or None: every ``done`` is terminal.
+    :param scratch: optional ``(n_envs, T)`` float32 array the fast route may overwrite; a caller that keeps one
+        saves an allocation per call (a fresh one can fault its pages in, which costs as much as the maths).
+    """
+    terminal = done if terminated is None else terminated
+    if route == "exact":
+        advantage[...] = _exact_host(*_host_terms(reward, value, next_value, done, terminal, gamma, gae_lambda))
+    else:  # the returns' storage holds weights until the returns are written
+        spares = (returns, np.empty_like(advantage) if scratch is None else scratch)
+        _doubling_host(reward, value, next_value, done, terminal, gamma, gae_lambda, out=advantage, spares=spares)
+    np.add(advantage, value, out=returns)
+
+
+def _rows(tensor: torch.Tensor) -> np.ndarray:
+    """An ``(n_envs, T, 1)`` host tensor as an ``(n_envs, T)`` numpy view (numpy's indexing costs a fraction of a
+    torch call, and a view writes through)."""
+    return tensor.numpy()[..., 0]
+
+
 def _host_terms(
-    reward: torch.Tensor,
-    value: torch.Tensor,
-    next_value: torch.Tensor,
-    done: torch.Tensor,
-    terminated: torch.Tensor,
+    reward: np.ndarray,
+    value: np.ndarray,
+    next_value: np.ndarray,
+    done: np.ndarray,
+    terminated: np.ndarray,
     gamma: float,
     gae_lambda: float,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``delta`` and the discount ``gamma * lambda * (1 - done)`` as ``(n_envs, T)`` float32 numpy arrays.
 
     sb3-contrib's expressions in its order, over the whole rollout at once: each element rounds as in its loop.
+    All inputs are ``(n_envs, T)`` numpy arrays (float32, ``done`` and ``terminated`` bool).
     """
-    n_envs, steps = value.shape[:2]
-    r, v, nv = (t.reshape(n_envs, steps).numpy() for t in (reward, value, next_value))
-    not_done = 1.0 - done.reshape(n_envs, steps).numpy().astype(np.float32)
-    not_term = not_done if terminated is done else 1.0 - terminated.reshape(n_envs, steps).numpy().astype(np.float32)
-    return r + gamma * nv * not_term - v, gamma * gae_lambda * not_done
+    not_done = 1.0 - done.astype(np.float32)
+    not_term = not_done if terminated is done else 1.0 - terminated.astype(np.float32)
+    return reward + gamma * next_value * not_term - value, gamma * gae_lambda * not_done
 
 
 def _exact_host(delta: np.ndarray, discount: np.ndarray) -> np.ndarray:
@@ -214,27 +299,56 @@ def _exact_host(delta: np.ndarray, discount: np.ndarray) -> np.ndarray:
     return _row_scan(np.ascontiguousarray(delta.T), np.ascontiguousarray(discount.T)).T
 
 
-def _blocked_host(delta: np.ndarray, discount: np.ndarray) -> np.ndarray:
-    """The ``"fast"`` route's block decomposition on the host (numpy scans); returns ``(n_envs, T)``."""
-    n_envs, steps = delta.shape
-    block, n_blocks, pad = _blocking(steps)
-    if pad:  # zero terms past the end: they add nothing and carry nothing back
-        delta, discount = (np.concatenate((x, np.zeros((n_envs, pad), np.float32)), axis=1) for x in (delta, discount))
-    # Time-major inside the blocks: (block, n_envs * n_blocks), each column one block of one env.
-    delta_tm = np.ascontiguousarray(delta.reshape(n_envs * n_blocks, block).T)
-    discount_tm = np.ascontiguousarray(discount.reshape(n_envs * n_blocks, block).T)
-    inside = _row_scan(delta_tm, discount_tm)
-    # w_t, the product of the discounts from t to the block's end: a running product, last step first.
-    weight = np.multiply.accumulate(discount_tm[::-1], axis=0)[::-1]
-    # A at each block's first step: the same recurrence over the blocks, (n_blocks, n_envs) time-major.
-    first = _row_scan(
-        np.ascontiguousarray(inside[0].reshape(n_envs, n_blocks).T),
-        np.ascontiguousarray(weight[0].reshape(n_envs, n_blocks).T),
-    )
-    following = np.zeros((n_envs, n_blocks), dtype=np.float32)
-    following[:, :-1] = first[1:].T
-    advantage = inside + weight * following.reshape(1, n_envs * n_blocks)
-    return advantage.T.reshape(n_envs, n_blocks * block)[:, :steps]
+def _doubling_host(
+    reward: np.ndarray,
+    value: np.ndarray,
+    next_value: np.ndarray,
+    done: np.ndarray,
+    terminated: np.ndarray,
+    gamma: float,
+    gae_lambda: float,
+    out: np.ndarray,
+    spares: tuple[np.ndarray, np.ndarray],
+) -> None:
+    """The ``"fast"`` route on the host: the recurrence by recursive doubling, ``log2(T)`` rounds of three numpy
+    calls on the whole rollout, no loop over time and no allocation, whatever the episode ends.
+
+    With ``w_t = gamma * lambda * (1 - done_t)``: after the round of shift ``s``, ``out[t]`` holds the sum over the
+    next ``2s`` steps ``sum_{j<2s} (w_t ... w_{t+j-1}) delta_{t+j}`` and ``weight[t]`` the product
+    ``w_t ... w_{t+2s-1}``; the next round adds ``weight[t] * out[t + 2s]`` and doubles the span of ``weight``. An
+    episode end zeroes every product across it, and so does the rollout's last step (GAE carries nothing past
+    it), so the envs' rows run as one flat array. Each sum is a tree at most ``log2(T)`` roundings deep: float32
+    stays as close to the exact values as sb3-contrib's own step-by-step float32 loop.
+
+    :param reward: ``r_t``, ``(n_envs, T)`` float32.
+    :param value: ``V(s_t)``, ``(n_envs, T)`` float32.
+    :param next_value: ``V(s_{t+1})``, ``(n_envs, T)`` float32.
+    :param done: ``(n_envs, T)`` bool: the episode ends at ``t``.
+    :param terminated: ``(n_envs, T)`` bool: no bootstrap from ``next_value`` at ``t``.
+    :param gamma: discount factor.
+    :param gae_lambda: GAE's lambda.
+    :param out: ``(n_envs, T)`` float32, receives the advantages (it holds ``delta`` on the way).
+    :param spares: two ``(n_envs, T)`` float32 arrays to overwrite: the weights and the next round's weights.
+    """
+    work, weight, spare = (a if a.flags.c_contiguous else np.empty(a.shape, np.float32) for a in (out, *spares))
+    np.multiply(next_value, gamma, out=work)  # delta_t = r_t + gamma * V(s_{t+1}) * (1 - terminated_t) - V(s_t)
+    work[terminated] = 0.0
+    work += reward
+    work -= value
+    weight.fill(gamma * gae_lambda)
+    weight[done] = 0.0
+    weight[:, -1] = 0.0  # nothing carries past the rollout: the envs' rows can run as one
+    steps, shift = work.shape[1], 1
+    flat, weight, spare = work.reshape(-1), weight.reshape(-1), spare.reshape(-1)  # views: all C-contiguous
+    while shift < steps:
+        if 2 * shift < steps:  # the next round's products, before this round's are overwritten
+            np.multiply(weight[:-shift], weight[shift:], out=spare[:-shift])
+        np.multiply(weight[:-shift], flat[shift:], out=weight[:-shift])
+        flat[:-shift] += weight[:-shift]
+        weight, spare = spare, weight  # the last `shift` entries are stale: no later round reads them for `flat`
+        shift *= 2
+    if work is not out:
+        out[...] = work
 
 
 def _blocking(steps: int) -> tuple[int, int, int]:
@@ -302,8 +416,7 @@ def _blocked_device(
     ``B`` steps over ``n_envs * K`` rows, each block's advantage cut at the block's end. A step whose episode runs
     past its block's end then adds ``w_t * A_s``, where ``s`` is the next block's first step and ``w_t`` the product
     of ``gamma * lambda * (1 - done)`` from ``t`` to the block's end; ``A_s`` comes from a scan over the ``K``
-    blocks, last first. Work is ``O(n_envs * T)`` whatever the episode ends; sequential steps ``B + K``. (On the
-    host, :func:`_blocked_host` runs the same decomposition with numpy scans: a torch call costs several numpy ones.)
+    blocks, last first. Work is ``O(n_envs * T)`` whatever the episode ends; sequential steps ``B + K``.
     """
     n_envs, steps = value.shape[:2]
     block, n_blocks, pad = _blocking(steps)

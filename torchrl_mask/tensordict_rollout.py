@@ -36,7 +36,14 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
 from torchrl_mask import storage as st
-from torchrl_mask.advantage import GaeMethod, bootstrap_inputs, generalized_advantage
+from torchrl_mask.advantage import (
+    GaeMethod,
+    bootstrap_inputs,
+    generalized_advantage,
+    host_advantage,
+    host_bootstrap,
+    resolve_gae_method,
+)
 from torchrl_mask.batches import check_batch_values, entries_from_batch
 from torchrl_mask.masks import mask_spec
 from torchrl_mask.minibatches import minibatch_columns
@@ -52,6 +59,12 @@ _LEAVES = (
 )  # fmt: skip
 _STEP_FIELDS = (st.ACTION, st.NEXT_REWARD, st.IS_INIT, st.VALUE, st.LOG_PROB, st.ACTION_MASK)
 _PER_ENV = (st.NEXT_REWARD, st.IS_INIT, st.VALUE)  # (n_envs, T, 1) leaves SB3 passes as (n_envs,)
+# The (n_envs, T, 1) leaves GAE reads or writes, the first six in host_advantage's order.
+_GAE_ROWS = (
+    st.NEXT_REWARD, st.VALUE, st.NEXT_VALUE, st.NEXT_DONE, st.ADVANTAGE, st.VALUE_TARGET,
+    st.IS_INIT, st.NEXT_TERMINATED,
+)  # fmt: skip
+_HOST = torch.device("cpu")
 
 
 class TensorDictRollout:
@@ -192,21 +205,27 @@ class TensorDictRollout:
         :param dones: whether the last step ended an episode, ``n_envs`` entries.
         :raises ValueError: either has another number of entries; nothing is written then.
         """
-        last, done = self._per_env("last_values", last_values, torch.float32), self._per_env("dones", dones)
+        last, done = self._per_env("last_values", last_values), self._per_env("dones", dones)
+        if self.host:
+            keys = (st.VALUE, st.IS_INIT, st.NEXT_VALUE, st.NEXT_DONE, st.NEXT_TERMINATED)
+            v, s, nv, d, term = (self._gae_rows[key] for key in keys)
+            host_bootstrap(v, s, nv, d, last, done, term)
+            return
         leaf = self.leaves
         out = (leaf[st.NEXT_VALUE], leaf[st.NEXT_DONE])
-        bootstrap_inputs(leaf[st.VALUE], leaf[st.IS_INIT], last, done, out=out)
-        leaf[st.NEXT_TERMINATED].copy_(leaf[st.NEXT_DONE])
+        bootstrap_inputs(leaf[st.VALUE], leaf[st.IS_INIT], last, done, out=out, terminated=leaf[st.NEXT_TERMINATED])
 
-    def _per_env(self, name: str, value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """``value`` as ``(n_envs, 1)`` on the storage's device, or a ValueError naming it."""
-        tensor = value.detach() if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
-        if tensor.numel() != self.n_envs:
+    def _per_env(self, name: str, value: Any) -> torch.Tensor | np.ndarray:
+        """``value`` as it came (a tensor, else an array; ``bootstrap_inputs`` converts), or a ValueError naming
+        it if it does not hold one entry per env."""
+        array = value if isinstance(value, torch.Tensor) else np.asarray(value)
+        size = array.numel() if isinstance(array, torch.Tensor) else array.size
+        if size != self.n_envs:
             raise ValueError(
-                f"{name} has shape {tuple(tensor.shape)} ({tensor.numel()} entries), expected ({self.n_envs},): "
+                f"{name} has shape {tuple(array.shape)} ({size} entries), expected ({self.n_envs},): "
                 f"1 per env for n_envs={self.n_envs}."
             )
-        return tensor.reshape(self.n_envs, 1).to(device=self.tensordict.device, dtype=dtype)
+        return array
 
     def advantage(self, gamma: float, gae_lambda: float, method: GaeMethod, truncations: bool) -> None:
         """Fill ``"advantage"`` and ``"value_target"`` from the stored steps (:mod:`torchrl_mask.advantage`).
@@ -217,6 +236,13 @@ class TensorDictRollout:
         :param truncations: whether ``("next", "terminated")`` may differ from ``("next", "done")`` (a collector
             batch); False for SB3's steps, where every done is terminal (see :meth:`bootstrap`).
         """
+        route = resolve_gae_method(method, _HOST) if self.host else method
+        if route in ("exact", "fast") and self.host:
+            r, v, nv, d, adv, ret = (self._gae_rows[key] for key in _GAE_ROWS[:6])
+            terminated = self._gae_rows[st.NEXT_TERMINATED] if truncations else None
+            scratch = self._gae_scratch if route == "fast" else None
+            host_advantage(r, v, nv, d, gamma, gae_lambda, route, adv, ret, terminated, scratch)
+            return
         leaf = self.leaves
         generalized_advantage(
             leaf[st.NEXT_REWARD],
@@ -229,6 +255,18 @@ class TensorDictRollout:
             terminated=leaf[st.NEXT_TERMINATED] if truncations else None,
             out=(leaf[st.ADVANTAGE], leaf[st.VALUE_TARGET]),
         )
+
+    @functools.cached_property
+    def _gae_rows(self) -> dict[NestedKey, np.ndarray]:
+        """The GAE leaves (the ``(n_envs, T, 1)`` ones) as ``(n_envs, T)`` numpy views, on the host: made once per
+        storage, as making them costs as much as the fast route's maths."""
+        return {key: self.leaves[key].numpy()[..., 0] for key in _GAE_ROWS}
+
+    @functools.cached_property
+    def _gae_scratch(self) -> np.ndarray:
+        """An ``(n_envs, T)`` float32 array the fast GAE route overwrites, kept: a fresh one per call can fault its
+        pages in, which costs as much as the route's maths."""
+        return np.zeros((self.n_envs, self.buffer_size), dtype=np.float32)
 
     # ------------------------------------------------------------------------------------ minibatches
 
