@@ -82,8 +82,8 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     :param memmap_dir: folder in which the rollout gets a memmap folder of its own, removed with the buffer;
         the system's temporary folder when None.
     :param gae_method: how GAE is computed (:mod:`torchrl_mask.advantage`): ``"auto"`` (``"exact"`` on the CPU,
-        bit-identical to sb3-contrib's; ``"fast"`` on an accelerator), ``"exact"``, ``"fast"`` (blocked, equal to
-        about 1e-6 relative), or TorchRL's own ``"loop"`` and ``"vec"`` estimators.
+        bit-identical to sb3-contrib's; ``"fast"`` on an accelerator), ``"exact"``, ``"fast"`` (no loop over time,
+        equal to about 1e-6 relative), or TorchRL's own ``"loop"`` and ``"vec"`` estimators.
     :raises TypeError: an action space that cannot be masked, or a Dict observation space (use
         :class:`MaskableDictRolloutBuffer`).
     """
