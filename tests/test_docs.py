@@ -42,6 +42,7 @@ DEVELOPER_MODULES = {
     "rollouts",
     "sb3_arrays",
     "steps",
+    "stock",
     "training",
     "workers",
 }

@@ -23,8 +23,8 @@ from tensordict.nn import InteractionType, set_interaction_type
 from torchrl_mask import (
     MaskablePolicyModule,
     MaskablePPO,
+    stock,
 )
-from torchrl_mask import policy as policy_module
 
 # ------------------------------------------------------------------------------------- policy module
 
@@ -128,8 +128,8 @@ def test_policy_module_runs_global_forward_hooks_and_falls_back_when_torch_moves
         handle.remove()
     assert len(linear_calls) == 4  # actor and critic layers, value and action heads
     # Hook registries this module does not find mean "hooked": nn.Module.__call__, never a path that skips a hook.
-    monkeypatch.setattr(policy_module, "_GLOBAL_HOOKS", [None, None])
-    monkeypatch.setattr(policy_module, "_through", lambda *_: pytest.fail("took the path that skips hooks"))
+    monkeypatch.setattr(stock, "_GLOBAL_HOOKS", [None, None])
+    monkeypatch.setattr(stock, "_through", lambda *_: pytest.fail("took the path that skips hooks"))
     assert module(td)["action_mask"][module(td)["action"]]
 
 

@@ -42,7 +42,7 @@ from sb3_contrib.common.maskable.distributions import (
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from torch import nn
 
-from torchrl_mask.policy import _through, backward_hooked, forward_hooked, plain_layers, stock_policy
+from torchrl_mask.stock import _through, backward_hooked, forward_hooked, plain_layers, stock_policy
 
 __all__ = ["evaluate_actions", "fast_train"]
 

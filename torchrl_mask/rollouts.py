@@ -41,7 +41,7 @@ from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
 from torchrl_mask.envs import VecEnvMasks, vec_env_masks
-from torchrl_mask.policy import forward_hooked, plain_layers, stock_policy, values_and_logits
+from torchrl_mask.stock import forward_hooked, plain_layers, stock_policy, values_and_logits
 
 if TYPE_CHECKING:
     from sb3_contrib import MaskablePPO
