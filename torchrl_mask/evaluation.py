@@ -42,25 +42,31 @@ from sb3_contrib.common.maskable.distributions import (
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from torch import nn
 
-from torchrl_mask.stock import _through, backward_hooked, forward_hooked, plain_layers, stock_policy
+from torchrl_mask.stock import _PlainLayers, _through, backward_hooked, forward_hooked, plain_layers, stock_policy
 
 __all__ = ["evaluate_actions", "fast_train"]
 
 _MASKED_LOGIT = -1e8  # sb3-contrib's HUGE_NEG
 
 
-def _inlinable(policy: nn.Module) -> bool:
-    """Whether ``policy`` is a stock sb3-contrib policy whose ``evaluate_actions`` :func:`evaluate_actions` is."""
+def _inlinable(policy: nn.Module) -> _PlainLayers | None:
+    """The plain layers of ``policy`` if it is a stock sb3-contrib policy whose ``evaluate_actions``
+    :func:`evaluate_actions` is, with nothing hooked on them; else None."""
     if not stock_policy(policy) or "evaluate_actions" in vars(policy):
-        return False
+        return None
     plain = plain_layers(policy)  # type: ignore[arg-type]
-    if plain is None:
-        return False
-    return not (forward_hooked(*plain.watched) or backward_hooked(*plain.watched))
+    if plain is None or forward_hooked(*plain.watched) or backward_hooked(*plain.watched):
+        return None
+    return plain
 
 
 def evaluate_actions(
-    policy: MaskableActorCriticPolicy, obs: Any, actions: torch.Tensor, action_masks: Any = None
+    policy: MaskableActorCriticPolicy,
+    obs: Any,
+    actions: torch.Tensor,
+    action_masks: Any = None,
+    *,
+    plain: _PlainLayers | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``MaskableActorCriticPolicy.evaluate_actions`` for a stock policy, operation for operation.
 
@@ -69,11 +75,12 @@ def evaluate_actions(
     :param obs: the minibatch's observations ``(B, ...)`` (a dict of them for Dict spaces).
     :param actions: the actions taken, ``(B,)`` for Discrete, ``(B, n_sub_actions)`` otherwise.
     :param action_masks: ``(B, mask_dims)`` masks; None evaluates without masking.
+    :param plain: the policy's :func:`~torchrl_mask.stock.plain_layers`, if already found.
     :return: values ``(B, 1)``, log-probabilities ``(B,)`` and entropies ``(B,)``, each equal bit for bit to
         sb3-contrib's, with the same autograd graph.
     :raises ValueError: the action logits hold NaN.
     """
-    plain = plain_layers(policy)
+    plain = plain or plain_layers(policy)
     assert plain is not None  # checked by fast_train
     features: Any = policy.extract_features(obs)
     pi_features, vf_features = (features, features) if policy.share_features_extractor else features
@@ -129,10 +136,11 @@ def fast_train(policy: MaskableActorCriticPolicy) -> Iterator[bool]:
     :param policy: the model's policy.
     :return: (as the ``with`` target) whether ``evaluate_actions`` was inlined.
     """
-    inline = _inlinable(policy)
-    groups = _unset_foreach_groups(getattr(policy, "optimizer", None), policy)
+    plain = _inlinable(policy)
+    inline = plain is not None
+    groups = _unset_foreach_groups(getattr(policy, "optimizer", None))
     if inline:
-        policy.evaluate_actions = functools.partial(evaluate_actions, policy)  # type: ignore[method-assign]
+        policy.evaluate_actions = functools.partial(evaluate_actions, policy, plain=plain)  # type: ignore[method-assign]
     for group in groups:
         group["foreach"] = True
     try:
@@ -144,7 +152,7 @@ def fast_train(policy: MaskableActorCriticPolicy) -> Iterator[bool]:
             vars(policy).pop("evaluate_actions", None)
 
 
-def _unset_foreach_groups(optimizer: Any, policy: nn.Module) -> list[dict[str, Any]]:
+def _unset_foreach_groups(optimizer: Any) -> list[dict[str, Any]]:
     """The param groups of a torch ``Adam`` on CPU tensors whose ``foreach`` and ``fused`` are unset."""
     if type(optimizer) is not torch.optim.Adam:
         return []
