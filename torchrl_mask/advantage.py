@@ -36,7 +36,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 from typing import Literal, TypeVar
 
 import numpy as np
@@ -45,6 +44,8 @@ from torchrl.objectives.value.functional import (
     generalized_advantage_estimate,
     vec_generalized_advantage_estimate,
 )
+
+from torchrl_mask.advantage_device import blocked_device, exact_device
 
 __all__ = [
     "GAE_METHODS",
@@ -212,9 +213,9 @@ def generalized_advantage(
         host_advantage(r, v, nv, d, gamma, gae_lambda, route, adv, ret, terminated=term)
         return out
     if route == "exact":
-        advantage = _exact_device(reward, value, next_value, done, terminal, gamma, gae_lambda)
+        advantage = exact_device(reward, value, next_value, done, terminal, gamma, gae_lambda)
     elif route == "fast":
-        advantage = _blocked_device(reward, value, next_value, done, terminal, gamma, gae_lambda)
+        advantage = blocked_device(reward, value, next_value, done, terminal, gamma, gae_lambda)
     else:
         estimator = generalized_advantage_estimate if route == "loop" else vec_generalized_advantage_estimate
         advantage = estimator(gamma, gae_lambda, value, next_value, reward, done, terminal, time_dim=-2)[0]
@@ -351,13 +352,6 @@ def _doubling_host(
         out[...] = work
 
 
-def _blocking(steps: int) -> tuple[int, int, int]:
-    """Blocks of ``~sqrt(T)`` steps: ``(block, n_blocks, padding)``; the two scans then take ``~2 sqrt(T)`` steps."""
-    block = max(1, math.isqrt(steps))
-    n_blocks = -(-steps // block)
-    return block, n_blocks, n_blocks * block - steps
-
-
 def _scalar_scan(delta: np.ndarray, discount: np.ndarray, out: np.ndarray) -> None:
     """One env's reverse scan on numpy float32 scalars: ``out[t] = delta[t] + discount[t] * out[t + 1]``."""
     last = np.float32(0.0)
@@ -378,63 +372,3 @@ def _row_scan(delta: np.ndarray, discount: np.ndarray) -> np.ndarray:
         np.add(d, carried, out=a)
         last = a
     return advantage
-
-
-def _exact_device(
-    reward: torch.Tensor,
-    value: torch.Tensor,
-    next_value: torch.Tensor,
-    done: torch.Tensor,
-    terminated: torch.Tensor,
-    gamma: float,
-    gae_lambda: float,
-) -> torch.Tensor:
-    """The exact scan with torch operations (an accelerator): the same order, one step at a time."""
-    not_done = 1.0 - done.to(torch.float32)
-    not_term = not_done if terminated is done else 1.0 - terminated.to(torch.float32)
-    delta = reward + gamma * next_value * not_term - value
-    discount = gamma * gae_lambda * not_done
-    advantage = torch.empty_like(delta)
-    last = torch.zeros_like(delta[:, 0])
-    for t in range(delta.shape[1] - 1, -1, -1):
-        last = torch.add(delta[:, t], discount[:, t] * last, out=advantage[:, t])
-    return advantage
-
-
-def _blocked_device(
-    reward: torch.Tensor,
-    value: torch.Tensor,
-    next_value: torch.Tensor,
-    done: torch.Tensor,
-    terminated: torch.Tensor,
-    gamma: float,
-    gae_lambda: float,
-) -> torch.Tensor:
-    """The ``"fast"`` route on an accelerator: TorchRL's estimator over blocks, then a scan across the blocks.
-
-    Folding the time axis into ``K`` blocks of ``B`` steps makes TorchRL's ``generalized_advantage_estimate`` run
-    ``B`` steps over ``n_envs * K`` rows, each block's advantage cut at the block's end. A step whose episode runs
-    past its block's end then adds ``w_t * A_s``, where ``s`` is the next block's first step and ``w_t`` the product
-    of ``gamma * lambda * (1 - done)`` from ``t`` to the block's end; ``A_s`` comes from a scan over the ``K``
-    blocks, last first. Work is ``O(n_envs * T)`` whatever the episode ends; sequential steps ``B + K``.
-    """
-    n_envs, steps = value.shape[:2]
-    block, n_blocks, pad = _blocking(steps)
-
-    def blocks(tensor: torch.Tensor, fill: float | bool) -> torch.Tensor:
-        tensor = tensor.reshape(n_envs, steps)
-        if pad:
-            tensor = torch.nn.functional.pad(tensor, (0, pad), value=fill)
-        return tensor.reshape(n_envs * n_blocks, block, 1)
-
-    ends, terminal = blocks(done, True), blocks(terminated, True)
-    inside = generalized_advantage_estimate(
-        gamma, gae_lambda, blocks(value, 0.0), blocks(next_value, 0.0), blocks(reward, 0.0), ends, terminal
-    )[0].reshape(n_envs, n_blocks, block)
-    discount = (gamma * gae_lambda * (~ends).to(torch.float32)).reshape(n_envs, n_blocks, block)
-    weight = discount.flip(-1).cumprod(-1).flip(-1)  # w_t: product of the discounts from t to the block's end
-    first = torch.zeros(n_envs, n_blocks + 1, dtype=inside.dtype, device=inside.device)
-    for b in range(n_blocks - 1, -1, -1):  # A at each block's first step, the last block first
-        torch.addcmul(inside[:, b, 0], weight[:, b, 0], first[:, b + 1], out=first[:, b])
-    advantage = torch.addcmul(inside, weight, first[:, 1:, None])
-    return advantage.reshape(n_envs, n_blocks * block)[:, :steps].reshape(value.shape)
