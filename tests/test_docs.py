@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 MODULES = sorted(path.stem for path in (REPO / "torchrl_mask").glob("*.py") if not path.stem.startswith("_"))
 # How the package works inside: documented, but in the nav's "Developer reference", apart from the API.
 DEVELOPER_MODULES = {
+    "adam",
     "advantage_device",
     "benchmark",
     "benchmark_grid",

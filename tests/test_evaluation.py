@@ -1,9 +1,9 @@
-"""torchrl_mask.evaluation: the inlined ``evaluate_actions`` and foreach Adam give sb3-contrib's numbers bit for bit.
+"""torchrl_mask.evaluation: the inlined ``evaluate_actions`` gives sb3-contrib's numbers bit for bit.
 
 Each case compares the policy's own ``evaluate_actions`` (sb3-contrib's, with ``torch.distributions`` objects)
 with the inlined one on the same parameters and minibatch: outputs and every parameter's gradient must be equal
-(``torch.equal``), so that ``train()`` learns the same parameters. The learned-parameter parity over whole
-``learn`` calls is in tests/test_ppo.py.
+(``torch.equal``), so that ``train()`` learns the same parameters. Adam's step is tested in tests/test_adam.py,
+the learned-parameter parity over whole ``learn`` calls in tests/test_ppo.py.
 """
 
 from __future__ import annotations
@@ -140,41 +140,25 @@ def test_nan_logits_raise_a_value_error() -> None:
         model.policy.evaluate_actions(obs, actions, action_masks=masks)
 
 
-def test_the_swap_is_undone_and_adams_foreach_restored_after_the_block() -> None:
+def test_the_swaps_are_undone_after_the_block() -> None:
     model = make_model(DICT, "discrete", "MultiInputPolicy")
     policy = model.policy
     with fast_train(policy):
         assert "evaluate_actions" in vars(policy)
-        assert [g["foreach"] for g in policy.optimizer.param_groups] == [True]
+        assert "step" in vars(policy.optimizer)
     assert "evaluate_actions" not in vars(policy)
+    assert "step" not in vars(policy.optimizer)
     assert [g["foreach"] for g in policy.optimizer.param_groups] == [None]
     # Also on an error inside train(): nothing stays patched.
     with pytest.raises(RuntimeError), fast_train(policy):
         raise RuntimeError("inside train")
     assert "evaluate_actions" not in vars(policy)
+    assert "step" not in vars(policy.optimizer)
     assert policy.optimizer.param_groups[0]["foreach"] is None
     # A copy made while patched evaluates with its own parameters, not the original's.
     with fast_train(policy):
         twin = copy.deepcopy(model)
     assert twin.policy.evaluate_actions.args[0] is twin.policy  # type: ignore[attr-defined]
-
-
-def test_foreach_adam_learns_the_single_tensor_parameters_bit_for_bit() -> None:
-    shapes = [(16, 5), (16,), (7, 16), (7,), (1, 16), (1,)]
-    generator = torch.Generator().manual_seed(0)
-    initial = [torch.randn(shape, generator=generator) for shape in shapes]
-    grads = [[torch.randn(shape, generator=generator) * 10.0 ** (i % 5 - 3) for shape in shapes] for i in range(50)]
-    learned = []
-    for foreach in (None, True):
-        params = [torch.nn.Parameter(value.clone()) for value in initial]
-        optimizer = torch.optim.Adam(params, lr=3e-4, eps=1e-5, foreach=foreach)
-        for step_grads in grads:
-            for param, grad in zip(params, step_grads, strict=True):
-                param.grad = grad.clone()
-            optimizer.step()
-        learned.append(params)
-    for single, foreach_ in zip(*learned, strict=True):
-        assert torch.equal(single, foreach_)
 
 
 class _CustomPolicy(MaskableActorCriticPolicy):
@@ -196,15 +180,6 @@ def test_anything_but_a_stock_unhooked_policy_runs_sb3_contribs_evaluate_actions
     with fast_train(policy) as inlined:
         assert not inlined
         assert vars(policy).get("evaluate_actions") is before
-
-
-def test_a_user_chosen_optimizer_setting_is_left_alone() -> None:
-    model = make_model(VECTOR, "discrete", "MlpPolicy", optimizer_kwargs={"foreach": False})
-    with fast_train(model.policy):
-        assert model.policy.optimizer.param_groups[0]["foreach"] is False
-    model = make_model(VECTOR, "discrete", "MlpPolicy", optimizer_class=torch.optim.SGD)
-    with fast_train(model.policy):
-        assert model.policy.optimizer.param_groups[0]["foreach"] is None
 
 
 def test_learn_with_a_multi_input_policy_runs_the_inlined_evaluation(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""What ``MaskablePPO.train`` runs faster: sb3-contrib's ``evaluate_actions`` inlined, and foreach Adam on the CPU.
+"""What ``MaskablePPO.train`` runs faster: sb3-contrib's ``evaluate_actions`` inlined, and Adam's step.
 
 sb3-contrib's ``train`` (its loop, its losses, its optimizer step) runs unchanged; :func:`fast_train` only swaps
 two things underneath it for the duration of the call, where the result is bit for bit the same:
@@ -10,12 +10,11 @@ two things underneath it for the duration of the call, where the result is bit f
   mask is applied), and every construction and ``log_prob`` re-checks its arguments. Only the work whose result
   is used is done. NaN logits raise ``ValueError`` (the distribution's own check does so only while
   ``torch.distributions`` validates arguments, which importing ``torchrl.modules`` turns off process-wide).
-- ``torch.optim.Adam``'s implementation on the CPU: with ``foreach`` unset, torch runs one tensor at a time
-  there; the foreach implementation applies the same element-wise operations to each tensor (the CPU foreach
-  kernels are loops over the single-tensor ones), with less Python per step. The setting is restored after.
+- ``torch.optim.Adam``'s step on the CPU: the same element-wise arithmetic over flat buffers, one torch call per
+  stage instead of one per parameter tensor (:func:`torchrl_mask.adam.fast_adam`). Restored after.
 
 Anything else (a policy subclass, a custom distribution or extractor layer, forward or backward hooks, another
-optimizer, ``foreach`` or ``fused`` set by the user) runs as sb3-contrib runs it.
+optimizer or Adam options, see :mod:`torchrl_mask.adam`) runs as sb3-contrib runs it.
 
 Example:
     >>> from sb3_contrib.common.envs import InvalidActionEnvDiscrete
@@ -42,6 +41,7 @@ from sb3_contrib.common.maskable.distributions import (
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from torch import nn
 
+from torchrl_mask.adam import fast_adam
 from torchrl_mask.stock import _PlainLayers, _through, backward_hooked, forward_hooked, plain_layers, stock_policy
 
 __all__ = ["evaluate_actions", "fast_train"]
@@ -130,35 +130,20 @@ def _entropy(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 @contextlib.contextmanager
 def fast_train(policy: MaskableActorCriticPolicy) -> Iterator[bool]:
-    """Within the block, ``policy.evaluate_actions`` is :func:`evaluate_actions` and Adam runs foreach on the CPU,
-    where the policy and optimizer are stock (see the module docstring); both are restored on exit.
+    """Within the block, ``policy.evaluate_actions`` is :func:`evaluate_actions` and Adam steps as
+    :func:`~torchrl_mask.adam.fast_adam` makes it, where the policy and optimizer are stock (see the module
+    docstring); both are restored on exit.
 
     :param policy: the model's policy.
     :return: (as the ``with`` target) whether ``evaluate_actions`` was inlined.
     """
     plain = _inlinable(policy)
     inline = plain is not None
-    groups = _unset_foreach_groups(getattr(policy, "optimizer", None))
     if inline:
         policy.evaluate_actions = functools.partial(evaluate_actions, policy, plain=plain)  # type: ignore[method-assign]
-    for group in groups:
-        group["foreach"] = True
     try:
-        yield inline
+        with fast_adam(getattr(policy, "optimizer", None)):
+            yield inline
     finally:
-        for group in groups:
-            group["foreach"] = None
         if inline:
             vars(policy).pop("evaluate_actions", None)
-
-
-def _unset_foreach_groups(optimizer: Any) -> list[dict[str, Any]]:
-    """The param groups of a torch ``Adam`` on CPU tensors whose ``foreach`` and ``fused`` are unset."""
-    if type(optimizer) is not torch.optim.Adam:
-        return []
-    groups = [g for g in optimizer.param_groups if g.get("foreach") is None and not g.get("fused")]
-    if any(g.get("differentiable") or g.get("capturable") for g in groups):
-        return []
-    if any(p.device.type != "cpu" for g in groups for p in g["params"]):
-        return []
-    return groups

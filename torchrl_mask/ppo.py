@@ -219,8 +219,8 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         """sb3-contrib's ``train()`` (one PPO update on the rollout buffer), as it is.
 
         Underneath it, for sb3-contrib's stock policies and optimizer, :func:`~torchrl_mask.evaluation.fast_train`
-        runs the policy's ``evaluate_actions`` without ``torch.distributions`` objects and Adam's foreach
-        implementation on the CPU: the same operations, so the same parameters bit for bit.
+        runs the policy's ``evaluate_actions`` without ``torch.distributions`` objects and Adam's step over flat
+        buffers on the CPU: the same operations, so the same parameters bit for bit.
         """
         with fast_train(self.policy):
             super().train()
