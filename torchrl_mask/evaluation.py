@@ -91,7 +91,8 @@ def evaluate_actions(
     flat = _through(plain.action, latent_pi).view(-1, sum(dims))
     # MaskableCategorical(logits) keeps the normalised logits as its "original" ones, then re-initialises itself
     # (unmasked: normalising them once more); apply_masking normalises where(mask, original, -1e8) instead.
-    groups = [_normalised(group) for group in torch.split(flat, dims, dim=1)]
+    # One group (Discrete) is the logits themselves, as sb3-contrib's distribution takes them (no split node).
+    groups = [_normalised(group) for group in (torch.split(flat, dims, dim=1) if len(dims) > 1 else [flat])]
     masks: list[torch.Tensor | None] = [None] * len(groups)
     if action_masks is None:
         groups = [_normalised(group) for group in groups]
