@@ -38,6 +38,7 @@ DEVELOPER_MODULES = {
     "collector_source",
     "evaluation",
     "minibatches",
+    "masked_env",
     "observations",
     "results",
     "tensordict_rollout",

@@ -16,9 +16,7 @@ before it writes anything, and writes to the output folder:
 With ``tensorboard_log``, SB3's logger writes TensorBoard event files under ``<tensorboard_log>/MaskablePPO_<n>``.
 The evaluation, the curve and the PNG are :mod:`torchrl_mask.results`.
 
-An env is masked when it reports its mask in one of the conventions :mod:`torchrl_mask.envs` reads; which one
-is decided there, by :class:`~torchrl_mask.envs.ActionMaskInInfo` (a Dict observation entry, else an
-``action_masks()`` method, else ``info["action_mask"]``).
+The env is made and masked by :mod:`torchrl_mask.masked_env`, whatever convention it reports its mask in.
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ from __future__ import annotations
 import inspect
 import json
 import sys
-import warnings
 import zipfile
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -34,38 +31,28 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 from gymnasium import spaces
 from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
-from sb3_contrib.common.wrappers import ActionMasker
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import HumanOutputFormat, Logger
-from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.utils import LinearSchedule, check_for_correct_spaces
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from torchrl.collectors import BaseCollector, Collector, MultiSyncCollector
-from torchrl.envs import SerialEnv, TransformedEnv
+from torchrl.envs import SerialEnv
 
 from torchrl_mask import results
 from torchrl_mask.collectors import learn_from_collector
 from torchrl_mask.config import TrainConfig, UsageError, check_device, check_paths
-from torchrl_mask.envs import ActionMaskInInfo, masked_gym_env
+from torchrl_mask.masked_env import collector_env, make_masked_env, one_line
 from torchrl_mask.policy import MaskablePolicyModule
 from torchrl_mask.ppo import MaskablePPO
 from torchrl_mask.results import EVAL_SEED_OFFSET
 
-__all__ = [
-    "InfoActionMasker",
-    "TrainResult",
-    "describe_masks",
-    "make_masked_env",
-    "train",
-]
+__all__ = ["TrainResult", "describe_masks", "train"]
 
-MASK_KEY = "action_mask"
 MASK_SOURCE_TEXT = {
     "method": "its action_masks()",
     "info": "info['action_mask']",
@@ -94,113 +81,9 @@ class TrainResult:
     files: list[str] = field(default_factory=list)
 
 
-class InfoActionMasker(ActionMasker):
-    """sb3-contrib's :class:`~sb3_contrib.common.wrappers.ActionMasker` for an env that reports its mask in ``info``.
-
-    gymnasium's convention (``Taxi-v4``, ``CliffWalking``...) puts the mask of the new state in
-    ``info["action_mask"]`` after ``reset`` and ``step``. This wrapper keeps the last one and serves it through
-    ``action_masks()``, which MaskablePPO calls each step. :func:`make_masked_env` puts
-    :class:`~torchrl_mask.envs.ActionMaskInInfo` beneath it, which brings the other conventions (an
-    ``action_masks()`` method, an entry of a Dict observation) into ``info``, as the collectors see them.
-
-    :param env: the env to wrap; its ``info`` must hold ``"action_mask"`` after every ``reset`` and ``step``.
-    """
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env, self._last_mask)
-        self._mask: np.ndarray | None = None
-
-    def _last_mask(self, env: gym.Env) -> np.ndarray:
-        if self._mask is None:
-            raise RuntimeError("action_masks() was called before reset(); reset the env first.")
-        return self._mask
-
-    def _record(self, info: dict[str, Any]) -> None:
-        if MASK_KEY not in info:
-            raise KeyError(
-                f"{self.env.spec.id if self.env.spec else self.env}: info has no {MASK_KEY!r} entry on this step; "
-                "the env must report its mask after every reset and step."
-            )
-        self._mask = np.asarray(info[MASK_KEY]).astype(bool)
-
-    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        obs, info = self.env.reset(**kwargs)
-        self._record(info)
-        return obs, info
-
-    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self._record(info)
-        return obs, reward, terminated, truncated, info
-
-
-def _make_env(env_id: str) -> gym.Env:
-    # gymnasium warns before it raises (e.g. "Taxi-v3 is out of date"); show its warnings only if it succeeds.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        env = gym.make(env_id)
-    for warning in caught:
-        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-    return env
-
-
-def _make_user_env(env_id: str) -> gym.Env:
-    try:
-        return _make_env(env_id)
-    except gym.error.Error as err:  # unknown id, unknown version, deprecated version, missing extra
-        raise UsageError(
-            f"cannot make env {env_id!r}: {_one_line(err)} Pass a registered gymnasium id with --env, "
-            "e.g. --env Taxi-v4 (see gymnasium.pprint_registry())."
-        ) from None
-    except ModuleNotFoundError as err:  # "some_module:Env-v0" with a module that is not installed
-        raise UsageError(
-            f"cannot make env {env_id!r}: {_one_line(err)} Install the package that registers it, or pass a "
-            "registered gymnasium id with --env, e.g. --env Taxi-v4."
-        ) from None
-
-
-def make_masked_env(env_id: str) -> InfoActionMasker:
-    """Make a gymnasium env whose masks MaskablePPO reads through ``action_masks()``, whatever the convention.
-
-    The env is wrapped in :class:`~torchrl_mask.envs.ActionMaskInInfo`, which finds the mask (an
-    ``"action_mask"`` entry of a Dict observation, which leaves the observation; else an ``action_masks()``
-    method; else ``info["action_mask"]``; the same order as :func:`~torchrl_mask.envs.masked_gym_env` for
-    the collectors) and puts it in ``info``, and in :class:`InfoActionMasker`, which serves it through
-    ``action_masks()``: the observation space is the one the collectors see.
-
-    :param env_id: a registered gymnasium id (``module:Id`` imports ``module`` first).
-    :return: the wrapped env.
-    :raises UsageError: unknown id, a space that cannot be masked, or no mask (the env is reset once to look
-        at ``info`` when it has neither of the other two).
-    """
-    env = _make_user_env(env_id)
-    name = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
-    try:
-        masked = ActionMaskInInfo(env)
-    except TypeError:
-        env.close()
-        raise UsageError(
-            f"{name} has action space {env.action_space}, which cannot be masked; MaskablePPO needs Discrete, "
-            "MultiDiscrete or MultiBinary actions. Pick an env with discrete actions, e.g. --env Taxi-v4."
-        ) from None
-    if masked.source == "info" and MASK_KEY not in env.reset()[1]:
-        env.close()
-        raise UsageError(
-            f"{name} reports no action mask: it has no action_masks() method, no info['action_mask'] and no "
-            "'action_mask' key in a Dict observation. Wrap it in sb3_contrib.common.wrappers.ActionMasker and "
-            "register the wrapped env, or pick a masked env, e.g. --env Taxi-v4."
-        )
-    return InfoActionMasker(masked)
-
-
-def _collector_env(env_id: str, monitor_file: str) -> TransformedEnv:
-    """One env of a TorchRL collector: SB3's ``Monitor`` (for the learning curve) under the masked TorchRL env."""
-    return masked_gym_env(Monitor(_make_env(env_id), filename=monitor_file))
-
-
 def _make_collector(config: TrainConfig, model: MaskablePPO, monitor_dir: Path) -> BaseCollector:
     """``sync``: the envs step in this process (``SerialEnv``); ``multisync``: one worker process per env."""
-    makers = [partial(_collector_env, config.env_id, str(monitor_dir / str(rank))) for rank in range(config.n_envs)]
+    makers = [partial(collector_env, config.env_id, str(monitor_dir / str(rank))) for rank in range(config.n_envs)]
     policy = MaskablePolicyModule(model.policy)
     frames = config.n_envs * model.n_steps
     collector: BaseCollector
@@ -271,7 +154,7 @@ def _check_trained_agent(path: Path, env: gym.Env) -> None:
         saved = MaskablePPO.load(path, device="cpu")
         check_for_correct_spaces(env, saved.observation_space, saved.action_space)
     except (ValueError, KeyError, OSError, RuntimeError, zipfile.BadZipFile) as err:
-        raise UsageError(f"-i {path}: cannot continue from it: {_one_line(err)} Pass a MaskablePPO .zip saved "
+        raise UsageError(f"-i {path}: cannot continue from it: {one_line(err)} Pass a MaskablePPO .zip saved "
                          "for this env.") from None  # fmt: skip
 
 
@@ -388,11 +271,6 @@ def train(config: TrainConfig) -> TrainResult:
     files = [*OUTPUT_FILES, *sorted(path.name for path in out.glob("rl_model_*_steps.zip"))]
     files += [name for name in ("best_model.zip", "evaluations.npz") if (out / name).exists()]
     return TrainResult(model=model, out=out, evaluation=evaluation, curve=curve, files=files)
-
-
-def _one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    return text if text.endswith((".", "?", "!")) else text + "."
 
 
 def describe_masks(config: TrainConfig) -> str:
