@@ -1,9 +1,11 @@
-"""The documentation site builds with no warnings, its API pages cover every public name, and it shows the
-tutorials with their outputs."""
+"""The documentation site builds with no warnings, its API pages cover every public name, every docstring
+example runs as written, and it shows the tutorials with their outputs."""
 
 from __future__ import annotations
 
 import base64
+import doctest
+import importlib
 import io
 import itertools
 import os
@@ -69,6 +71,13 @@ def test_every_module_has_an_api_page_in_its_nav_section() -> None:
         section = developer if module in DEVELOPER_MODULES else api
         assert f"reference/{module}.md" in section, f"reference/{module}.md is missing from its nav section"
     assert not set(api) & set(developer)
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_docstring_example_runs_as_written(module: str) -> None:
+    # The API pages show these examples; each must give the output it shows.
+    result = doctest.testmod(importlib.import_module(f"torchrl_mask.{module}"), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0, f"{result.failed} docstring example(s) of torchrl_mask.{module} failed (output above)"
 
 
 def test_reference_index_lists_every_root_export() -> None:
