@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from torchrl_mask.adam import FlatAdamStep, fast_adam
 
@@ -112,8 +113,11 @@ def test_flat_state_saves_loads_and_copies_as_ordinary_adam_state() -> None:
 
 @pytest.mark.parametrize(
     "case",
-    ["weight_decay", "amsgrad", "maximize", "foreach off", "two groups", "float64 and float32", "step hook", "sgd"],
-)
+    [
+        "weight_decay", "amsgrad", "maximize", "foreach off", "two groups", "float64 and float32", "step hook",
+        "global step hook", "lr scheduler", "sgd",
+    ],
+)  # fmt: skip
 def test_other_optimizers_and_options_keep_their_own_step(case: str) -> None:
     params = [torch.nn.Parameter(value) for value in _initial()]
     kwargs: dict[str, Any] = {
@@ -128,15 +132,22 @@ def test_other_optimizers_and_options_keep_their_own_step(case: str) -> None:
     optimizer: Any = torch.optim.SGD(params, lr=0.1) if case == "sgd" else torch.optim.Adam(groups, **kwargs)
     if case == "step hook":
         optimizer.register_step_post_hook(lambda *args: None)
-    assert not FlatAdamStep.applies(optimizer)
-    with fast_adam(optimizer) as flat:
-        assert not flat
-        assert "step" not in vars(optimizer)
-        if case == "foreach off":
-            assert optimizer.param_groups[0]["foreach"] is False
-        elif case != "sgd":
-            assert {group["foreach"] for group in optimizer.param_groups} == {True}
-    assert "step" not in vars(optimizer)
+    elif case == "lr scheduler":  # torch's schedulers wrap the optimizer's step to count its calls
+        torch.optim.lr_scheduler.StepLR(optimizer, step_size=10)
+    hook = register_optimizer_step_pre_hook(lambda *args: None) if case == "global step hook" else None
+    try:
+        assert not FlatAdamStep.applies(optimizer)
+        with fast_adam(optimizer) as flat:
+            assert not flat
+            assert "step" not in vars(optimizer) or case == "lr scheduler"
+            if case == "foreach off":
+                assert optimizer.param_groups[0]["foreach"] is False
+            elif case != "sgd":
+                assert {group["foreach"] for group in optimizer.param_groups} == {True}
+    finally:
+        if hook is not None:
+            hook.remove()
+    assert ("step" in vars(optimizer)) == (case == "lr scheduler")
     assert all(group.get("foreach") in (None, False) for group in optimizer.param_groups)
 
 

@@ -42,9 +42,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+from torch.optim import optimizer as _optimizer_module
 
 __all__ = ["FlatAdamStep", "fast_adam"]
+
+# Where torch keeps optimizer step hooks (private names). Should a release move them, the lookups below see
+# "hooked" and torch's own step runs, never a step that would skip a hook.
+_GLOBAL_STEP_HOOKS = ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks")
+_STEP_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
 
 # The options the flat step reproduces; any other value falls back to torch's step.
 _DEFAULT_OPTIONS = {
@@ -85,9 +90,9 @@ class FlatAdamStep:
         """
         if type(optimizer) is not torch.optim.Adam or len(optimizer.param_groups) != 1 or "step" in vars(optimizer):
             return False
-        if optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks:
+        if any(getattr(optimizer, name, True) for name in _STEP_HOOKS):
             return False
-        if _global_optimizer_pre_hooks or _global_optimizer_post_hooks:
+        if any(getattr(_optimizer_module, name, True) for name in _GLOBAL_STEP_HOOKS):
             return False
         group = optimizer.param_groups[0]
         if group.get("foreach") is False or group.get("fused"):
