@@ -547,3 +547,28 @@ def test_default_settings_learn_sb3_contribs_parameters_bit_for_bit_over_ten_upd
     assert ours._n_updates == ref._n_updates == 10 * 2
     assert_trained(ours, initial)
     assert_same_parameters(parameters(ref), parameters(ours))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"learning_rate": lambda progress: 3e-3 * progress, "clip_range": lambda progress: 0.1 + 0.2 * progress},
+        {"target_kl": 1e-6},
+        {"clip_range_vf": 0.2, "normalize_advantage": False, "ent_coef": 0.01},
+        {"policy_kwargs": {**TINY_MLP, "optimizer_kwargs": {"eps": 1e-8, "betas": (0.5, 0.99)}}},
+        {"policy_kwargs": {**TINY_MLP, "share_features_extractor": False}},
+    ],
+    ids=["schedules", "target_kl", "clip_range_vf", "adam_kwargs", "separate_extractors"],
+)
+def test_train_options_learn_sb3_contribs_parameters_and_optimizer_state(options: dict[str, Any]) -> None:
+    # What train() reads beyond the defaults (schedules change Adam's lr every update, target_kl stops an epoch
+    # early, clip_range_vf and ent_coef change the loss): parameters and Adam's moments stay sb3-contrib's bits.
+    ref = train(SB3ContribMaskablePPO, make_venv("discrete", "dict", 2), "MultiInputPolicy", 4, **options)
+    ours = train(MaskablePPO, make_venv("discrete", "dict", 2), "MultiInputPolicy", 4, **options)
+    assert ours._n_updates == ref._n_updates == (4 if "target_kl" in options else 8)  # each update stops early
+    assert_same_parameters(parameters(ref), parameters(ours))
+    ref_state, our_state = ref.policy.optimizer.state_dict(), ours.policy.optimizer.state_dict()
+    assert our_state["param_groups"] == ref_state["param_groups"]
+    for index, entry in ref_state["state"].items():
+        for key, value in entry.items():
+            assert torch.equal(our_state["state"][index][key], value), (index, key)
