@@ -148,13 +148,12 @@ def test_collection_benchmark_script_runs_both_sides_and_reports_their_ratio():
 
 
 @pytest.mark.slow
-def test_learn_benchmark_script_checks_parity_and_reports_speed_ups_and_the_envs_bound():
-    # benchmarks/bench_ppo.py as a user runs it, on a tiny learn(): both libraries learn (and the script checks
-    # that they learn the same parameters, else it exits 1), the envs alone are stepped for the bound.
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_ppo.py"
-    args = ["--rounds", "1", "--timesteps", "128", "--n-steps", "16", "--batch-size", "32", "--n-epochs", "1",
-            "--workloads", "dict-dummy", "multidiscrete"]  # fmt: skip
-    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+def test_bench_learn_checks_parity_and_reports_speed_ups_and_the_envs_bound():
+    # `torchrl-mask bench learn` as a user runs it, on a tiny learn(): both libraries learn (and the benchmark
+    # checks that they learn the same parameters, else it exits 1), the envs alone are stepped for the bound.
+    args = ["bench", "learn", "--rounds", "1", "--timesteps", "128", "--n-steps", "16", "--batch-size", "32",
+            "--n-epochs", "1", "--workloads", "dict-dummy", "multidiscrete"]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "torchrl_mask", *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     for workload in ("dict-dummy", "multidiscrete"):
         line = re.search(rf"^{workload} +([\d.]+) +([\d.]+) +([\d.]+)x .* ([\d.]+) +([\d.]+)x$", done.stdout, re.M)
@@ -163,3 +162,13 @@ def test_learn_benchmark_script_checks_parity_and_reports_speed_ups_and_the_envs
         # One round: its ratio, of the printed times (rounded to the millisecond, the ratio to the hundredth).
         assert (theirs - 5e-4) / (ours + 5e-4) - 5e-3 <= speed_up <= (theirs + 5e-4) / (ours - 5e-4) + 5e-3
         assert 0 < envs < ours and bound > 0
+
+
+def test_bench_ppo_script_is_bench_learn(capsys):
+    # benchmarks/bench_ppo.py runs the same benchmark as `torchrl-mask bench learn`, and `bench --help` points there.
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_ppo.py"
+    done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "--workloads" in done.stdout and "dict-dummy" in done.stdout
+    with pytest.raises(SystemExit):
+        benchmark.main(["--help"])
+    assert "torchrl-mask bench learn" in capsys.readouterr().out

@@ -33,6 +33,7 @@ DEVELOPER_MODULES = {
     "advantage_device",
     "benchmark",
     "benchmark_grid",
+    "benchmark_learn",
     "benchmark_report",
     "batches",
     "cli",

@@ -16,6 +16,7 @@ existed, with glibc's dynamic mmap threshold pinned so that freed arrays go back
 ``torch.cuda.max_memory_allocated``.
 
 Run it as ``torchrl-mask bench`` or ``python benchmarks/bench_buffers.py``; ``--help`` lists the options.
+``torchrl-mask bench learn`` times whole ``MaskablePPO.learn`` calls instead (:mod:`torchrl_mask.benchmark_learn`).
 """
 
 from __future__ import annotations
@@ -247,6 +248,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="torchrl-mask bench",
         description="Time sb3-contrib's maskable rollout buffers against torchrl_mask's, side by side, over a "
         "grid of rollout shapes, episode-end patterns, observations and masks.",
+        epilog="End to end instead: `torchrl-mask bench learn` times MaskablePPO.learn() of both libraries on "
+        "masked envs (DummyVecEnv, SubprocVecEnv; see `torchrl-mask bench learn --help`).",
     )
     parser.add_argument(
         "--grid",
@@ -305,11 +308,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark and print the tables.
+    """Run the benchmark and print the tables; ``learn`` as the first argument runs the end-to-end one instead
+    (:func:`torchrl_mask.benchmark_learn.main` with the arguments after it).
 
     :param argv: command-line arguments (``--help`` lists them); None reads ``sys.argv``.
     :return: process exit code.
     """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["learn"]:
+        from torchrl_mask import benchmark_learn  # sb3-contrib's test envs and the whole PPO stack
+
+        return benchmark_learn.main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -332,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                 result.memory[v.name] = peak_memory(v.name, cell, args.device, dict(v.kwargs))
         results.append(result)
         print(report.cell_line(result), flush=True)
-    command = "torchrl-mask bench " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "torchrl-mask bench " + " ".join(argv)
     text = report.render(results, variants, skipped, command=command.strip(), machine=_machine(), rounds=args.rounds,
                          device=args.device, threads=args.threads)  # fmt: skip
     print()

@@ -11,7 +11,8 @@ the output folder; the job itself is :mod:`torchrl_mask.training`, its configura
 :mod:`torchrl_mask.config`. This module holds the command line and nothing heavy: ``--help`` and a bad option
 answer before torch is imported.
 
-``torchrl-mask bench`` hands every argument after it to :func:`torchrl_mask.benchmark.main`.
+``torchrl-mask bench`` hands every argument after it to :func:`torchrl_mask.benchmark.main` (``bench learn``: the
+end-to-end benchmark, :mod:`torchrl_mask.benchmark_learn`).
 
 Input a user can fix (an unknown env id, an env without masks, a bad option or hyperparameter, a missing or
 invalid YAML file) ends with one line on stderr that says what is wrong and how to fix it, exit status 2, and
@@ -233,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "bench",
         add_help=False,  # every argument after `bench`, --help included, belongs to the benchmark
-        help="benchmark torchrl_mask against sb3-contrib (arguments go to the benchmark; try bench --help)",
+        help="benchmark torchrl_mask against sb3-contrib: the buffers, or `bench learn` for whole learn() calls "
+        "(arguments go to the benchmark; try bench --help)",
     )
     return parser
 
