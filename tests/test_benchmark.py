@@ -172,3 +172,20 @@ def test_bench_ppo_script_is_bench_learn(capsys):
     with pytest.raises(SystemExit):
         benchmark.main(["--help"])
     assert "torchrl-mask bench learn" in capsys.readouterr().out
+
+
+def test_bench_learn_action_spaces_times_three_algorithms_and_checks_parity():
+    # `torchrl-mask bench learn --action-spaces` on two tiny cells: a row per cell with SB3's PPO, sb3-contrib and
+    # ours, parameters checked equal (else a FAIL row and exit 1), and the worst cost of masking named.
+    args = ["bench", "learn", "--action-spaces", "--rounds", "1", "--timesteps", "128", "--n-envs", "2",
+            "--n-steps", "32", "--n-epochs", "1", "--batch-sizes", "32", "--observations", "box", "dict",
+            "--spaces", "MultiBinary(16)"]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "torchrl_mask", *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = re.findall(r"^\| MultiBinary\(16\) \| (box|dict) \| 32 \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+)x \|",
+                      done.stdout, re.M)  # fmt: skip
+    assert [row[0] for row in rows] == ["box", "dict"], done.stdout
+    for _, ppo, _, ours, cost in rows:  # one round: the cost is the ratio of the printed times, within rounding
+        assert (float(ours) - 5e-4) / (float(ppo) + 5e-4) - 5e-3 <= float(cost) <= (float(ours) + 5e-4) / (
+            float(ppo) - 5e-4) + 5e-3  # fmt: skip
+    assert "worst cost of masking" in done.stdout and "FAIL" not in done.stdout

@@ -34,6 +34,7 @@ DEVELOPER_MODULES = {
     "benchmark",
     "benchmark_grid",
     "benchmark_learn",
+    "benchmark_spaces",
     "benchmark_report",
     "batches",
     "cli",

@@ -18,7 +18,6 @@ import torch
 from gymnasium import spaces
 from gymnasium.wrappers import TimeLimit
 from sb3_contrib.common.envs import InvalidActionEnvDiscrete, InvalidActionEnvMultiDiscrete
-from sb3_contrib.common.maskable.distributions import MaskableCategorical
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from sb3_contrib.common.wrappers import ActionMasker
 from stable_baselines3.common.callbacks import BaseCallback
@@ -27,7 +26,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from torchrl_mask import MaskableDictRolloutBuffer, MaskablePPO, MaskableRolloutBuffer
 from torchrl_mask import storage as st
-from torchrl_mask.rollouts import _masked_categorical, fast_rollout
+from torchrl_mask.rollouts import fast_rollout
 
 SB3ContribMaskablePPO = sb3_contrib.MaskablePPO
 SETTINGS: dict[str, Any] = {
@@ -148,30 +147,6 @@ def forbid_sb3_contrib_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- parity
-
-
-@pytest.mark.parametrize("width", [2, 6, 40, 300])
-def test_the_inlined_masked_categorical_draws_what_sb3_contribs_distribution_draws(width: int) -> None:
-    rng = np.random.default_rng(width)
-    for rows in (1, 3, 64):
-        logits = torch.as_tensor(rng.normal(scale=4.0, size=(rows, width)), dtype=torch.float32)
-        mask = torch.as_tensor(rng.random((rows, width)) < 0.4)
-        mask[torch.arange(rows), torch.as_tensor(rng.integers(0, width, rows))] = True
-        torch.manual_seed(rows)
-        dist = MaskableCategorical(logits=logits)
-        dist.apply_masking(mask)
-        ref_action = dist.sample()
-        ref_log_prob, ref_next = dist.log_prob(ref_action), torch.rand(4)
-        torch.manual_seed(rows)
-        action, log_prob = _masked_categorical(logits, mask, torch.tensor(-1e8))
-        assert torch.equal(action, ref_action) and torch.equal(log_prob, ref_log_prob)
-        assert torch.equal(torch.rand(4), ref_next)  # the generator moved exactly as far
-
-
-def test_nan_logits_raise_instead_of_sampling() -> None:
-    logits = torch.tensor([[0.0, float("nan"), 1.0]])
-    with pytest.raises(ValueError, match="logits hold NaN"):
-        _masked_categorical(logits, torch.ones(1, 3, dtype=torch.bool), torch.tensor(-1e8))
 
 
 @pytest.mark.parametrize("convention", ["method", "info", "observation"])

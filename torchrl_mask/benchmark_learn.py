@@ -22,7 +22,8 @@ stepped for the same number of steps (masks read, an allowed action taken, no po
 libraries since the parameters are the same) stayed as measured.
 
 Run it as ``torchrl-mask bench learn`` or ``python benchmarks/bench_ppo.py`` (a few minutes); ``--help`` for the
-knobs. SB3's default shape: ``--n-steps 2048 --n-epochs 10 --timesteps 16384``.
+knobs. SB3's default shape: ``--n-steps 2048 --n-epochs 10 --timesteps 16384``. ``--action-spaces`` runs the
+action-space grid instead (:mod:`torchrl_mask.benchmark_spaces`: SB3's unmasked PPO, sb3-contrib and ours).
 """
 
 from __future__ import annotations
@@ -218,6 +219,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         prog="torchrl-mask bench learn", description=__doc__.splitlines()[0] if __doc__ else None
     )
     parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument(
+        "--action-spaces", action="store_true",
+        help="the action-space grid instead: SB3's unmasked PPO, sb3-contrib and ours (its own knobs: "
+        "torchrl-mask bench learn --action-spaces --help)",
+    )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds per library (after one warm-up)")
     parser.add_argument("--timesteps", type=int, default=4096, help="total_timesteps of each learn call")
     parser.add_argument("--n-steps", type=int, default=256)
@@ -284,6 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     :param argv: command-line arguments (``sys.argv[1:]`` when None).
     :return: 0 on success; 1 if the two libraries learned different parameters.
     """
+    if argv is not None and "--action-spaces" in argv:  # the cost of masking, per action space
+        from torchrl_mask import benchmark_spaces
+
+        return benchmark_spaces.main([arg for arg in argv if arg != "--action-spaces"])
     args = _parse(argv)
     torch.set_num_threads(args.threads)
     print(

@@ -4,12 +4,13 @@ sb3-contrib's ``train`` (its loop, its losses, its optimizer step) runs unchange
 two things underneath it for the duration of the call, where the result is bit for bit the same:
 
 - ``policy.evaluate_actions``, for sb3-contrib's stock policies and masked distributions with nothing hooked on
-  the layers: the same torch operations in the same order (so the same autograd graph, the same gradients
-  summed in the same order), without the ``torch.distributions`` objects around them: each
-  ``MaskableCategorical`` is normalised two or three times (the unmasked normalisation is thrown away once the
-  mask is applied), and every construction and ``log_prob`` re-checks its arguments. Only the work whose result
-  is used is done. NaN logits raise ``ValueError`` (the distribution's own check does so only while
-  ``torch.distributions`` validates arguments, which importing ``torchrl.modules`` turns off process-wide).
+  the layers: the same torch operations in the same order (so the same gradients, summed in the same order),
+  through :class:`~torchrl_mask.distributions.MaskedCategoricals` instead of one ``MaskableCategorical`` object
+  per sub-action: all sub-actions at once, and only the work whose result is used (sb3-contrib normalises each
+  sub-action's logits a third time and throws that away once the mask is applied, and every construction and
+  ``log_prob`` re-checks its arguments). NaN logits raise ``ValueError`` (the distribution's own check does so
+  only while ``torch.distributions`` validates arguments, which importing ``torchrl.modules`` turns off
+  process-wide).
 - ``torch.optim.Adam``'s step on the CPU: the same element-wise arithmetic over flat buffers, one torch call per
   stage instead of one per parameter tensor (:func:`torchrl_mask.adam.fast_adam`). Restored after.
 
@@ -35,19 +36,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from sb3_contrib.common.maskable.distributions import (
-    MaskableCategoricalDistribution,
-)
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from torch import nn
 
 from torchrl_mask.adam import fast_adam
+from torchrl_mask.distributions import MaskedCategoricals
+from torchrl_mask.masks import mask_spec
 from torchrl_mask.stock import _PlainLayers, _through, backward_hooked, forward_hooked, plain_layers, stock_policy
 
 __all__ = ["evaluate_actions", "fast_train"]
-
-_MASKED_LOGIT = -1e8  # sb3-contrib's HUGE_NEG
-
 
 def _inlinable(policy: nn.Module) -> _PlainLayers | None:
     """The plain layers of ``policy`` if it is a stock sb3-contrib policy whose ``evaluate_actions``
@@ -67,6 +64,7 @@ def evaluate_actions(
     action_masks: Any = None,
     *,
     plain: _PlainLayers | None = None,
+    dist: MaskedCategoricals | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``MaskableActorCriticPolicy.evaluate_actions`` for a stock policy, operation for operation.
 
@@ -76,6 +74,7 @@ def evaluate_actions(
     :param actions: the actions taken, ``(B,)`` for Discrete, ``(B, n_sub_actions)`` otherwise.
     :param action_masks: ``(B, mask_dims)`` masks; None evaluates without masking.
     :param plain: the policy's :func:`~torchrl_mask.stock.plain_layers`, if already found.
+    :param dist: the masked distribution of the policy's action space, if already made.
     :return: values ``(B, 1)``, log-probabilities ``(B,)`` and entropies ``(B,)``, each equal bit for bit to
         sb3-contrib's, with the same autograd graph.
     :raises ValueError: the action logits hold NaN.
@@ -86,47 +85,17 @@ def evaluate_actions(
     pi_features, vf_features = (features, features) if policy.share_features_extractor else features
     latent_pi = _through(plain.pi, pi_features)
     latent_vf = _through(plain.vf, vf_features)
-    dist: Any = policy.action_dist
-    dims = [int(dist.action_dim)] if isinstance(dist, MaskableCategoricalDistribution) else list(dist.action_dims)
-    flat = _through(plain.action, latent_pi).view(-1, sum(dims))
-    # MaskableCategorical(logits) keeps the normalised logits as its "original" ones, then re-initialises itself
-    # (unmasked: normalising them once more); apply_masking normalises where(mask, original, -1e8) instead.
-    # One group (Discrete) is the logits themselves, as sb3-contrib's distribution takes them (no split node).
-    groups = [_normalised(group) for group in (torch.split(flat, dims, dim=1) if len(dims) > 1 else [flat])]
-    masks: list[torch.Tensor | None] = [None] * len(groups)
-    if action_masks is None:
-        groups = [_normalised(group) for group in groups]
-    else:
-        mask = torch.as_tensor(action_masks).view(-1, sum(dims))
-        masks = [m.to(torch.bool).reshape(g.shape) for m, g in zip(torch.split(mask, dims, dim=1), groups, strict=True)]
-        huge_neg = torch.tensor(_MASKED_LOGIT, dtype=flat.dtype, device=flat.device)
-        groups = [_normalised(torch.where(m, g, huge_neg)) for m, g in zip(masks, groups, strict=True)]  # type: ignore[arg-type]
-    columns = [actions] if len(dims) == 1 else list(torch.unbind(actions.view(-1, len(dims)), dim=1))
-    log_probs = [g.gather(-1, a.long().unsqueeze(-1)).squeeze(-1) for g, a in zip(groups, columns, strict=True)]
-    log_prob = log_probs[0] if len(dims) == 1 else torch.stack(log_probs, dim=1).sum(dim=1)
+    dist = dist or MaskedCategoricals(mask_spec(policy.action_space).groups)
+    flat = _through(plain.action, latent_pi).view(-1, dist.width)
+    mask = None if action_masks is None else torch.as_tensor(action_masks).reshape(flat.shape).to(torch.bool)
+    log_pmf = dist.log_pmf(flat, mask)
+    log_prob = dist.log_prob(log_pmf, actions)
     # A NaN logit makes its whole row NaN through the normalisation, so the log-probabilities show it (where
     # sb3-contrib's distribution raises on constructing from NaN logits).
     if bool(torch.isnan(log_prob).any()):
         raise ValueError("The policy's action logits hold NaN: the network's parameters or inputs are not finite.")
     values = _through(plain.value, latent_vf)
-    entropies = [_entropy(g, m) for g, m in zip(groups, masks, strict=True)]
-    return values, log_prob, entropies[0] if len(dims) == 1 else torch.stack(entropies, dim=1).sum(dim=1)
-
-
-def _normalised(logits: torch.Tensor) -> torch.Tensor:
-    """``Categorical``'s normalisation of ``logits`` ``(B, n)``."""
-    return logits - logits.logsumexp(dim=-1, keepdim=True)
-
-
-def _entropy(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """``MaskableCategorical.entropy()`` of normalised ``logits`` ``(B, n)``: ``(B,)``."""
-    if mask is None:  # torch's Categorical.entropy
-        min_real = torch.finfo(logits.dtype).min
-        p_log_p = torch.clamp(logits, min=min_real) * torch.softmax(logits, dim=-1)
-        return -p_log_p.sum(-1)
-    p_log_p = logits * torch.softmax(logits, dim=-1)
-    p_log_p = torch.where(mask, p_log_p, torch.tensor(0.0, device=logits.device))
-    return -p_log_p.sum(-1)
+    return values, log_prob, dist.entropy(log_pmf, mask)
 
 
 @contextlib.contextmanager
@@ -141,7 +110,8 @@ def fast_train(policy: MaskableActorCriticPolicy) -> Iterator[bool]:
     plain = _inlinable(policy)
     inline = plain is not None
     if inline:
-        policy.evaluate_actions = functools.partial(evaluate_actions, policy, plain=plain)  # type: ignore[method-assign]
+        dist = MaskedCategoricals(mask_spec(policy.action_space).groups)
+        policy.evaluate_actions = functools.partial(evaluate_actions, policy, plain=plain, dist=dist)  # type: ignore[method-assign]
     try:
         with fast_adam(getattr(policy, "optimizer", None)):
             yield inline

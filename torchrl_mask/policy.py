@@ -37,6 +37,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from torchrl_mask import storage as st
+from torchrl_mask.distributions import MaskedCategoricals
 from torchrl_mask.masks import mask_spec
 from torchrl_mask.stock import _PlainLayers, plain_layers, values_and_logits
 from torchrl_mask.workers import refuse_unguarded_spawn
@@ -57,31 +58,6 @@ def default_observation_keys(observation_space: spaces.Space) -> list[NestedKey]
     return [st.batch_observation_key(path) for path in st.observation_leaves(observation_space)]
 
 
-# sb3-contrib's MaskableCategorical sets the logits of masked choices to this before normalising them.
-_MASKED_LOGIT = -1e8
-
-
-def _sample(logits: torch.Tensor, mask: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """One masked categorical per row: the action ``(B, 1)`` and its log-probability ``(B, 1)``.
-
-    Sampling is the exponential race (``argmax(p / E)``, ``E ~ Exp(1)``), an exact draw from ``p`` in three small
-    ops where ``torch.multinomial`` validates its input first (two to four times the cost on one row). Masked
-    choices are kept out explicitly (they would need ``p = 0`` and ``E = 0`` together to win, but never can).
-
-    :param logits: masked logits ``(B, n)``.
-    :param mask: ``(B, n)`` bool, True where the choice is allowed; at least one per row.
-    :param deterministic: take the most likely choice instead of sampling.
-    """
-    log_pmf = logits.log_softmax(-1)
-    probs = log_pmf.exp()
-    if deterministic:
-        action = probs.argmax(-1, keepdim=True)
-    else:
-        race = torch.where(mask, probs / torch.empty_like(probs).exponential_(), -1.0)
-        action = race.argmax(-1, keepdim=True)
-    return action, log_pmf.gather(-1, action)
-
-
 class _SB3Forward(nn.Module):
     """Calls a MaskableActorCriticPolicy on tensors with any leading batch dims (none, ``(n,)``, ``(n, T)``)."""
 
@@ -92,13 +68,11 @@ class _SB3Forward(nn.Module):
         self._paths = list(leaves)
         self._shapes = [tuple(space.shape or ()) for space in leaves.values()]
         self._action_shape = tuple(policy.action_space.shape or ())
-        spec = mask_spec(policy.action_space)
-        self._mask_size = spec.size
-        self._groups = list(spec.groups)
-        # sb3-contrib's own forward(), inlined for its stock policies: the same masked categorical per sub-action
-        # (logits of masked choices set to -1e8, then normalised), without building torch.distributions objects,
-        # which cost more than the network itself on one row. A policy subclass that changes either method runs
-        # its own forward().
+        self._dist = MaskedCategoricals(mask_spec(policy.action_space).groups)
+        self._mask_size = self._dist.width
+        # sb3-contrib's own forward(), inlined for its stock policies: the same masked distribution
+        # (torchrl_mask.distributions), without building torch.distributions objects, which cost more than the
+        # network itself on one row. A policy subclass that changes either method runs its own forward().
         self._inline = (
             type(policy).forward is MaskableActorCriticPolicy.forward
             and type(policy)._get_action_dist_from_latent is MaskableActorCriticPolicy._get_action_dist_from_latent
@@ -122,20 +96,10 @@ class _SB3Forward(nn.Module):
         self, obs: Any, mask: torch.Tensor, deterministic: bool
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``MaskableActorCriticPolicy.forward``: actions ``(B, n_groups)``, values ``(B, 1)``, log-probs ``(B,)``."""
-        policy = self.policy
-        values, logits = values_and_logits(policy, obs, self._plain_layers())
-        logits = logits.masked_fill(~mask, _MASKED_LOGIT)
-        if len(self._groups) == 1:  # Discrete: no split and concatenation (a few us each on one row)
-            action, log_prob = _sample(logits, mask, deterministic)
-            return action, values, log_prob[:, 0]
-        actions, log_probs = [], []
-        for group_logits, group_mask in zip(
-            logits.split(self._groups, dim=-1), mask.split(self._groups, dim=-1), strict=True
-        ):
-            action, log_prob = _sample(group_logits, group_mask, deterministic)
-            actions.append(action)
-            log_probs.append(log_prob)
-        return torch.cat(actions, dim=-1), values, torch.cat(log_probs, dim=-1).sum(-1)
+        values, logits = values_and_logits(self.policy, obs, self._plain_layers())
+        log_pmf = self._dist.log_pmf(logits.view(-1, self._mask_size), mask)
+        actions = self._dist.sample(log_pmf, deterministic)
+        return actions, values, self._dist.log_prob(log_pmf, actions)
 
     def _plain_layers(self) -> _PlainLayers | None:
         """:func:`plain_layers` of the policy, found on the first call."""

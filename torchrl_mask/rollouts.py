@@ -5,11 +5,10 @@
 - :class:`VecEnvRollout`, the fast path for the common case: a ``DummyVecEnv`` or ``SubprocVecEnv`` whose masks
   :func:`~torchrl_mask.envs.vec_env_masks` can read without a per-step ``env_method`` round trip, and one of
   sb3-contrib's stock policies (``MlpPolicy``, ``CnnPolicy``, ``MultiInputPolicy``) with its stock masked
-  distribution. The masked categorical is computed op for op as sb3-contrib's ``MaskableCategorical`` computes
-  it, and draws what ``torch.multinomial`` in ``Categorical.sample`` draws, without building distribution
-  objects: same actions, log-probabilities and values, same random numbers consumed, so the same parameters
-  under one seed. Callbacks, ``num_timesteps``, the episode info buffer, timeout bootstrapping and episode
-  starts follow sb3-contrib's ``collect_rollouts`` step for step;
+  distribution. Actions are drawn by :class:`~torchrl_mask.distributions.MaskedCategoricals`, all sub-actions at
+  once, without building distribution objects: same actions, log-probabilities and values, same random numbers
+  consumed, so the same parameters under one seed. Callbacks, ``num_timesteps``, the episode info buffer,
+  timeout bootstrapping and episode starts follow sb3-contrib's ``collect_rollouts`` step for step;
 - sb3-contrib's own ``collect_rollouts`` for everything else (:func:`fast_rollout` returns None): a custom policy
   or distribution, a forward hook on the policy or a global one, ``use_masking=False``, gSDE, another VecEnv type
   (a ``VecEnvWrapper`` included), an env whose masks cannot be found.
@@ -32,49 +31,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBuffer, MaskableRolloutBuffer
-from sb3_contrib.common.maskable.distributions import (
-    MaskableMultiCategoricalDistribution,
-)
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
+from torchrl_mask.distributions import MaskedCategoricals
 from torchrl_mask.envs import VecEnvMasks, vec_env_masks
+from torchrl_mask.masks import mask_spec
 from torchrl_mask.stock import forward_hooked, plain_layers, stock_policy, values_and_logits
 
 if TYPE_CHECKING:
     from sb3_contrib import MaskablePPO
 
 __all__ = ["VecEnvRollout", "fast_rollout"]
-
-
-def _masked_categorical(
-    logits: torch.Tensor, mask: torch.Tensor, huge_neg: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one ``MaskableCategorical`` as sb3-contrib builds and samples it, without the object.
-
-    ``Categorical(logits)`` normalises the logits; ``apply_masking`` puts -1e8 on masked choices and normalises
-    again; ``sample`` is ``torch.multinomial(probs, 1, True)``, which for one sample is ATen's exponential race
-    (``argmax(probs / q)``, ``q = empty_like(probs).exponential_()``, same generator): the race is run here
-    without multinomial's input checks (four reductions and host syncs), but its NaN check is kept;
-    ``log_prob`` gathers the normalised logits.
-
-    :param logits: raw logits of one sub-action, ``(B, n)`` (a column slice for MultiDiscrete, as sb3-contrib's).
-    :param mask: ``(B, n)`` bool, True where the choice is allowed.
-    :param huge_neg: sb3-contrib's masked logit, ``tensor(-1e8)`` in the logits' dtype and device.
-    :return: the action ``(B,)`` (int64) and its log-probability ``(B,)``.
-    :raises ValueError: the policy's logits hold NaN (``torch.multinomial`` would refuse them too).
-    """
-    logits = logits - logits.logsumexp(dim=-1, keepdim=True)
-    logits = torch.where(mask, logits, huge_neg)
-    logits = logits - logits.logsumexp(dim=-1, keepdim=True)
-    probs = torch.softmax(logits, dim=-1)
-    race = probs / torch.empty_like(probs).exponential_()
-    action = race.argmax(dim=-1, keepdim=True)
-    if bool(probs.isnan().any()):
-        raise ValueError("The policy's action logits hold NaN: the network's parameters or inputs are not finite.")
-    return action.reshape(-1), logits.gather(-1, action).squeeze(-1)
 
 
 class _StockForward:
@@ -85,36 +55,18 @@ class _StockForward:
 
     def __init__(self, policy: MaskableActorCriticPolicy) -> None:
         self.policy = policy
-        dist: Any = policy.action_dist
-        self._dims: list[int] | None = (
-            list(dist.action_dims) if isinstance(dist, MaskableMultiCategoricalDistribution) else None
-        )
-        self._width = sum(self._dims) if self._dims is not None else int(dist.action_dim)
-        self._huge_neg = torch.tensor(-1e8)  # in the logits' dtype and device, see __call__
+        self._dist = MaskedCategoricals(mask_spec(policy.action_space).groups)
         self._action_shape = tuple(policy.action_space.shape or ())
         self._plain = plain_layers(policy)
 
     def __call__(self, obs: Any, masks: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """:return: actions ``(B, *action_shape)``, values ``(B, 1)``, log-probabilities ``(B,)``."""
         values, action_logits = values_and_logits(self.policy, obs, self._plain)
-        logits = action_logits.view(-1, self._width)
-        if self._huge_neg.dtype != logits.dtype or self._huge_neg.device != logits.device:
-            self._huge_neg = torch.tensor(-1e8, dtype=logits.dtype, device=logits.device)
-        mask = torch.as_tensor(masks, device=logits.device)
-        if self._dims is None:
-            actions, log_prob = _masked_categorical(logits, mask.to(torch.bool).reshape(logits.shape), self._huge_neg)
-        else:
-            pairs = [
-                _masked_categorical(group, group_mask.to(torch.bool).reshape(group.shape), self._huge_neg)
-                for group, group_mask in zip(
-                    torch.split(logits, self._dims, dim=1),
-                    torch.split(mask.view(-1, self._width), self._dims, dim=1),
-                    strict=True,
-                )
-            ]
-            actions = torch.stack([action for action, _ in pairs], dim=1)
-            log_prob = torch.stack([lp for _, lp in pairs], dim=1).sum(dim=1)
-        return actions.reshape((-1, *self._action_shape)), values, log_prob
+        logits = action_logits.view(-1, self._dist.width)
+        mask = torch.as_tensor(masks, device=logits.device).reshape(logits.shape).to(torch.bool)
+        log_pmf = self._dist.log_pmf(logits, mask)
+        actions = self._dist.sample(log_pmf)
+        return actions.reshape((-1, *self._action_shape)), values, self._dist.log_prob(log_pmf, actions)
 
 
 class VecEnvRollout:

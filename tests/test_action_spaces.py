@@ -1,0 +1,96 @@
+"""Large and uneven action spaces: MaskablePPO learns sb3-contrib's parameters bit for bit through the one masked
+distribution (torchrl_mask.distributions), in the VecEnv rollout, the collectors' policy module and train().
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import sb3_contrib
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.vec_env import DummyVecEnv
+from tensordict import TensorDict
+
+from torchrl_mask import MaskablePolicyModule, MaskablePPO
+from torchrl_mask.masks import mask_spec
+from torchrl_mask.rollouts import fast_rollout
+
+SPACES = {
+    "discrete-4096": spaces.Discrete(4096),
+    "multidiscrete-even": spaces.MultiDiscrete([34] * 10),
+    "multidiscrete-uneven": spaces.MultiDiscrete([2, 7, 50, 3]),
+    "multibinary-339": spaces.MultiBinary(339),
+}
+
+
+class ShiftingMaskEnv(gym.Env):
+    """Random observations, reward for the first sub-action's parity, 12-step episodes; every third mask entry
+    forbidden, shifted each step."""
+
+    def __init__(self, action_space: spaces.Space, seed: int) -> None:
+        self.action_space = action_space
+        self.observation_space = spaces.Box(-1.0, 1.0, (8,), np.float32)
+        self._rng = np.random.default_rng(seed)
+        self._width = mask_spec(action_space).size
+        self._t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        return self._rng.uniform(-1, 1, 8).astype(np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        assert self.action_masks()[_mask_index(self.action_space, action)].all(), "an illegal action was taken"
+        self._t += 1
+        obs = self._rng.uniform(-1, 1, 8).astype(np.float32)
+        return obs, float(int(np.asarray(action).flat[0]) % 2), self._t >= 12, False, {}
+
+    def action_masks(self) -> np.ndarray:
+        return (np.arange(self._width) + self._t) % 3 != 2
+
+
+def _mask_index(space: spaces.Space, action: Any) -> np.ndarray:
+    """The mask entry of each sub-action's choice."""
+    groups = mask_spec(space).groups
+    return np.cumsum([0, *groups[:-1]]) + np.asarray(action).reshape(len(groups))
+
+
+def _learn(cls: type, space: spaces.Space) -> dict[str, torch.Tensor]:
+    env = DummyVecEnv([lambda i=i: ShiftingMaskEnv(space, seed=i) for i in range(3)])
+    model = cls("MlpPolicy", env, n_steps=16, batch_size=24, n_epochs=2, seed=0, device="cpu",
+                policy_kwargs={"net_arch": [16]})  # fmt: skip
+    if cls is MaskablePPO:
+        assert fast_rollout(model, model.get_env(), use_masking=True) is not None  # the inlined path is tested
+    model.learn(16 * 3 * 10)  # 10 updates
+    return model.policy.state_dict()
+
+
+@pytest.mark.parametrize("name", list(SPACES))
+def test_parameters_after_ten_updates_are_sb3_contribs_bit_for_bit(name: str) -> None:
+    ref = _learn(sb3_contrib.MaskablePPO, SPACES[name])
+    ours = _learn(MaskablePPO, SPACES[name])
+    assert ref.keys() == ours.keys()
+    for key, value in ref.items():
+        assert torch.equal(ours[key], value), key
+
+
+@pytest.mark.parametrize("name", list(SPACES))
+def test_the_collectors_policy_module_gives_sb3_contribs_log_probs_bit_for_bit(name: str) -> None:
+    space = SPACES[name]
+    model = MaskablePPO("MlpPolicy", ShiftingMaskEnv(space, seed=0), policy_kwargs={"net_arch": [16]}, seed=0)
+    rng = np.random.default_rng(0)
+    obs = torch.as_tensor(rng.uniform(-1, 1, (40, 8)), dtype=torch.float32)
+    width = mask_spec(space).size
+    mask = torch.as_tensor((np.arange(width)[None] + rng.integers(0, 3, (40, 1))) % 3 != 2)
+    out = MaskablePolicyModule(model.policy)(TensorDict({"observation": obs, "action_mask": mask}, [40]))
+    actions = out["action"].reshape(40, -1)
+    with torch.no_grad():  # sb3-contrib's own evaluate_actions, its distribution objects
+        _, log_prob, _ = model.policy.evaluate_actions(obs, actions.squeeze(-1) if actions.shape[1] == 1 else actions,
+                                                       action_masks=mask)  # fmt: skip
+    assert torch.equal(out["action_log_prob"], log_prob)
+    offsets = torch.as_tensor(np.cumsum([0, *mask_spec(space).groups[:-1]]))
+    assert bool(mask.gather(1, actions.long() + offsets).all())

@@ -1,0 +1,175 @@
+"""The masked distribution: sb3-contrib's masked categoricals, vectorised over sub-actions.
+
+sb3-contrib's ``MaskableCategoricalDistribution`` (Discrete), ``MaskableMultiCategoricalDistribution``
+(MultiDiscrete) and ``MaskableBernoulliDistribution`` (MultiBinary, two choices per sub-action) are one
+``MaskableCategorical`` per sub-action, built, masked, sampled and evaluated one at a time in Python. This module
+computes the same numbers for all sub-actions at once: sub-actions of equal size are one ``(B, G, n)`` view of the
+``(B, sum(dims))`` logits (MultiBinary, MultiDiscrete of equal sizes: a single block), uneven sizes are grouped
+by size into a few such blocks. There is no padding, so nothing unchosen can be drawn.
+
+Every number is sb3-contrib's, bit for bit, because each is computed by the same torch operation on the same
+values in the same order:
+
+- ``log_pmf``: ``Categorical(logits)`` normalises the logits (``x - logsumexp(x)``) and keeps them as the
+  "original" ones; ``apply_masking`` puts :data:`MASKED_LOGIT` on masked choices of those and normalises again;
+  without a mask the distribution still re-initialises itself on the original logits, normalising them twice.
+- ``sample``: ``torch.multinomial(probs, 1, True)``, which for one sample is ATen's exponential race
+  ``argmax(probs / q)``, ``q = empty_like(probs).exponential_()``. One ``exponential_`` over all sub-actions
+  draws exactly the concatenation of the per-sub-action draws (sub-action after sub-action, each row-major over
+  ``(B, n)``), so the generator moves as far as sb3-contrib's loop moves it and the actions are the same.
+- ``log_prob`` gathers the normalised logits and sums the sub-actions' columns ``(B, G)``; ``entropy`` is
+  ``MaskableCategorical.entropy`` (torch's ``Categorical.entropy`` without a mask) summed the same way.
+  Gradients flow through the same operations, so they are sb3-contrib's too.
+
+Example:
+    >>> import torch
+    >>> dist = MaskedCategoricals([2, 2, 3])
+    >>> logits = torch.zeros(1, 7)
+    >>> mask = torch.tensor([[True, False, True, True, False, False, True]])
+    >>> log_pmf = dist.log_pmf(logits, mask)
+    >>> dist.sample(log_pmf, deterministic=True).tolist()
+    [[0, 0, 2]]
+    >>> round(float(dist.entropy(log_pmf, mask)[0]), 4)  # only the middle sub-action has a choice: log(2)
+    0.6931
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["MASKED_LOGIT", "MaskedCategoricals"]
+
+MASKED_LOGIT = -1e8
+"""sb3-contrib's ``HUGE_NEG``: the logit a masked choice gets before the second normalisation."""
+
+
+def _normalised(logits: torch.Tensor) -> torch.Tensor:
+    """``Categorical``'s normalisation along the last dim: ``logits - logsumexp(logits)``."""
+    return logits - logits.logsumexp(dim=-1, keepdim=True)
+
+
+class MaskedCategoricals:
+    """One masked categorical per sub-action, ``len(dims)`` of them side by side, computed block by block.
+
+    A block is the sub-actions of one size, ``(B, G_k, n_k)``; :meth:`log_pmf` returns one per size (a single
+    block when all sizes are equal) and the other methods take those blocks.
+
+    :param dims: the number of choices of each sub-action, in the action's order: ``[n]`` for ``Discrete(n)``,
+        ``nvec`` for ``MultiDiscrete``, ``[2] * n`` for ``MultiBinary(n)``.
+    """
+
+    def __init__(self, dims: Sequence[int]) -> None:
+        self.dims = [int(n) for n in dims]
+        if not self.dims or min(self.dims) < 1:
+            raise ValueError(f"Each sub-action needs at least one choice; got sizes {self.dims}.")
+        self.width = sum(self.dims)
+        sizes = list(dict.fromkeys(self.dims))
+        self._blocks = [[g for g, n in enumerate(self.dims) if n == size] for size in sizes]  # group indices
+        self._even = len(sizes) == 1
+        # Where each sub-action's column ends up when the blocks' columns are laid side by side.
+        order = [g for block in self._blocks for g in block]
+        self._columns = [order.index(g) for g in range(len(self.dims))]
+
+    def blocks(self, rows: torch.Tensor) -> list[torch.Tensor]:
+        """``rows`` ``(B, width)`` (logits or a mask) as blocks ``(B, G_k, n_k)``, views where the sizes are even.
+
+        :param rows: one row per sample, the sub-actions' choices side by side.
+        """
+        if self._even:
+            return [rows.view(len(rows), len(self.dims), self.dims[0])]
+        parts = torch.split(rows, self.dims, dim=1)
+        return [torch.stack([parts[g] for g in block], dim=1) for block in self._blocks]
+
+    def log_pmf(self, logits: torch.Tensor, mask: torch.Tensor | None) -> list[torch.Tensor]:
+        """The normalised log-probabilities sb3-contrib's distribution holds after ``apply_masking(mask)``.
+
+        :param logits: the policy's raw action logits, ``(B, width)``.
+        :param mask: ``(B, width)`` bool, True where a choice is allowed (at least one per sub-action and row);
+            None: unmasked (normalised twice, as sb3-contrib's distribution does).
+        :return: one block ``(B, G_k, n_k)`` per sub-action size.
+        """
+        original = [_normalised(block) for block in self.blocks(logits)]
+        if mask is None:
+            return [_normalised(block) for block in original]
+        masked_logit = torch.tensor(MASKED_LOGIT, dtype=logits.dtype, device=logits.device)
+        return [
+            _normalised(torch.where(block_mask, block, masked_logit))
+            for block, block_mask in zip(original, self.blocks(mask), strict=True)
+        ]
+
+    def sample(self, log_pmf: list[torch.Tensor], deterministic: bool = False) -> torch.Tensor:
+        """Draw each sub-action as ``torch.multinomial`` draws it in sb3-contrib's loop (or take the mode).
+
+        :param log_pmf: the blocks from :meth:`log_pmf`.
+        :param deterministic: the most likely choice of each sub-action (``Categorical.mode``) instead.
+        :return: the actions, ``(B, len(dims))`` int64.
+        :raises ValueError: the probabilities hold NaN (``torch.multinomial`` refuses them too).
+        """
+        probs = [block.softmax(dim=-1) for block in log_pmf]
+        if any(bool(block.isnan().any()) for block in probs):
+            raise ValueError("The policy's action logits hold NaN: the network's parameters or inputs are not finite.")
+        if deterministic:
+            return self._in_order([block.argmax(dim=-1) for block in probs])
+        rows = len(probs[0])
+        race = torch.empty(rows * self.width, dtype=probs[0].dtype, device=probs[0].device).exponential_()
+        if self._even:
+            draws = [race.view(len(self.dims), rows, self.dims[0]).transpose(0, 1)]
+        else:
+            parts = race.split([rows * n for n in self.dims])
+            draws = [torch.stack([parts[g].view(rows, self.dims[g]) for g in block], dim=1) for block in self._blocks]
+        return self._in_order([(p / q).argmax(dim=-1) for p, q in zip(probs, draws, strict=True)])
+
+    def log_prob(self, log_pmf: list[torch.Tensor], actions: torch.Tensor) -> torch.Tensor:
+        """sb3-contrib's ``log_prob(actions)``: the sub-actions' log-probabilities, summed over sub-actions.
+
+        :param log_pmf: the blocks from :meth:`log_pmf`.
+        :param actions: ``(B, len(dims))`` (or ``(B,)`` for one sub-action), any integer or float dtype.
+        :return: ``(B,)``.
+        """
+        columns = actions.long().view(len(actions), len(self.dims))
+        picked = [
+            block.gather(-1, block_actions.unsqueeze(-1)).squeeze(-1)
+            for block, block_actions in zip(log_pmf, self._by_block(columns), strict=True)
+        ]
+        return self._summed(picked)
+
+    def entropy(self, log_pmf: list[torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+        """sb3-contrib's ``entropy()``: the sub-actions' entropies, summed over sub-actions.
+
+        :param log_pmf: the blocks from :meth:`log_pmf` (with the same ``mask``).
+        :param mask: the ``(B, width)`` bool mask given to :meth:`log_pmf`, or None.
+        :return: ``(B,)``.
+        """
+        if mask is None:  # torch's Categorical.entropy
+            min_real = torch.finfo(log_pmf[0].dtype).min
+            terms = [torch.clamp(block, min=min_real) * block.softmax(dim=-1) for block in log_pmf]
+        else:  # MaskableCategorical.entropy: masked choices count zero
+            zero = torch.tensor(0.0, device=log_pmf[0].device)
+            terms = [
+                torch.where(block_mask, block * block.softmax(dim=-1), zero)
+                for block, block_mask in zip(log_pmf, self.blocks(mask), strict=True)
+            ]
+        return self._summed([-term.sum(-1) for term in terms])
+
+    def _by_block(self, columns: torch.Tensor) -> list[torch.Tensor]:
+        """Per-sub-action columns ``(B, len(dims))`` split into the blocks' columns ``(B, G_k)``."""
+        if self._even:
+            return [columns]
+        return [columns[:, block] for block in self._blocks]
+
+    def _in_order(self, per_block: list[torch.Tensor]) -> torch.Tensor:
+        """Blocks' columns ``(B, G_k)`` back in the sub-actions' order, ``(B, len(dims))``."""
+        if self._even:
+            return per_block[0]
+        return torch.cat(per_block, dim=1)[:, self._columns]
+
+    def _summed(self, per_block: list[torch.Tensor]) -> torch.Tensor:
+        """Per-sub-action values ``(B, G_k)`` per block summed as sb3-contrib sums them: ``(B,)``."""
+        if len(self.dims) == 1:  # Discrete: the one distribution's value, no sum
+            return per_block[0][:, 0]
+        if self._even:
+            return per_block[0].sum(dim=1)
+        columns = [column for block in per_block for column in block.unbind(dim=1)]
+        return torch.stack([columns[i] for i in self._columns], dim=1).sum(dim=1)
