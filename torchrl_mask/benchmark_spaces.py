@@ -10,7 +10,9 @@ Each round times the three ``learn`` calls back to back in one process, in an or
 round; a ratio is the median over rounds of that round's ratio, which cancels most of a shared machine's drift.
 Every round checks that sb3-contrib and torchrl_mask learned the same parameters (``torch.equal``), so the
 timings never compare different work. Columns: the three medians in seconds, the cost of masking (ours / PPO,
-lower is better, 1.0 means masks cost nothing), and the speed-up over sb3-contrib (sb3-contrib / ours).
+lower is better, 1.0 means masks cost nothing), its floor (PPO's time plus :func:`forced_extra_seconds`, the work
+sb3-contrib's bits force beyond unmasked PPO, timed alone, over PPO's time) and the speed-up over sb3-contrib
+(sb3-contrib / ours).
 """
 
 from __future__ import annotations
@@ -28,13 +30,15 @@ import torch
 from gymnasium import spaces
 from sb3_contrib import MaskablePPO as SB3ContribMaskablePPO
 from stable_baselines3 import PPO
+from stable_baselines3.common.distributions import make_proba_distribution
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from torchrl_mask import MaskablePPO
+from torchrl_mask.distributions import MaskedCategoricals
 from torchrl_mask.masks import mask_spec
 
-__all__ = ["ACTION_SPACES", "MaskedSpaceEnv", "main", "time_cell"]
+__all__ = ["ACTION_SPACES", "MaskedSpaceEnv", "forced_extra_seconds", "main", "time_cell"]
 
 ACTION_SPACES: dict[str, spaces.Space] = {
     "Discrete(8)": spaces.Discrete(8),
@@ -108,6 +112,58 @@ def time_learn(name: str, space: str, dict_obs: bool, batch_size: int, args: arg
     return seconds, {k: v.detach().clone() for k, v in model.policy.state_dict().items()}
 
 
+def _distribution_seconds(space: spaces.Space, rows: int, masked: bool, grad: bool, repeat: int) -> float:
+    """Seconds of one distribution step on ``rows`` rows, median of ``repeat``: SB3's unmasked distribution
+    (``masked`` False) or ours under a mask read from numpy; sampling without gradients, or (``grad``) log-prob,
+    entropy and their backward as ``train()`` asks for them."""
+    width = mask_spec(space).size
+    mask = np.ones((rows, width), dtype=bool)
+    mask[:, 2::3] = False
+    ours = MaskedCategoricals(mask_spec(space).groups)
+    ppo = make_proba_distribution(space)
+    # SB3's MultiBinary is a Bernoulli per sub-action: one logit each, where the masked distribution has two.
+    logits = torch.randn(rows, width if masked or not isinstance(space, spaces.MultiBinary) else int(np.prod(space.shape)))
+    actions = torch.zeros(rows, len(mask_spec(space).groups), dtype=torch.long)
+    ppo_actions = actions[:, 0] if isinstance(space, spaces.Discrete) else actions.float()
+    times = []
+    for _ in range(repeat):
+        x = logits.clone().requires_grad_(grad)
+        start = time.perf_counter()
+        with torch.set_grad_enabled(grad):
+            if masked:
+                bool_mask = torch.as_tensor(mask)
+                log_pmf = ours.log_pmf(x, bool_mask)
+                out = ours.log_prob(log_pmf, actions if grad else ours.sample(log_pmf))
+                out = out + ours.entropy(log_pmf, bool_mask) if grad else out
+            else:
+                dist = ppo.proba_distribution(x)
+                out = dist.log_prob(ppo_actions if grad else dist.sample())
+                entropy = dist.entropy()
+                out = out + entropy if grad and entropy is not None else out
+            if grad:
+                out.sum().backward()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def forced_extra_seconds(space: str, batch_size: int, args: argparse.Namespace) -> float:
+    """What bit-identity with sb3-contrib forces beyond unmasked PPO in one ``learn``: our masked distribution's
+    time minus SB3's unmasked one's, timed alone on the cell's shapes (the rollout's ``(n_envs, width)`` steps and
+    ``train()``'s ``(batch_size, width)`` minibatches, forward and backward), times how often ``learn`` runs each.
+
+    :param space: a key of :data:`ACTION_SPACES`.
+    :param batch_size: the minibatch size.
+    :param args: the parsed command line.
+    """
+    action_space = ACTION_SPACES[space]
+    updates = -(-args.timesteps // (args.n_steps * args.n_envs))
+    steps = updates * args.n_steps
+    minibatches = updates * args.n_epochs * -(-args.n_steps * args.n_envs // batch_size)
+    step = [_distribution_seconds(action_space, args.n_envs, m, False, 51) for m in (True, False)]
+    minibatch = [_distribution_seconds(action_space, batch_size, m, True, 21) for m in (True, False)]
+    return steps * (step[0] - step[1]) + minibatches * (minibatch[0] - minibatch[1])
+
+
 def time_cell(space: str, dict_obs: bool, batch_size: int, args: argparse.Namespace) -> dict[str, float] | None:
     """Time one cell in paired rounds.
 
@@ -130,6 +186,7 @@ def time_cell(space: str, dict_obs: bool, batch_size: int, args: argparse.Namesp
     result["speedup"] = statistics.median(
         r / o for r, o in zip(seconds["sb3-contrib"], seconds["ours"], strict=True)
     )
+    result["floor"] = (result["PPO"] + forced_extra_seconds(space, batch_size, args)) / result["PPO"]
     return result
 
 
@@ -162,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         f"learn({args.timesteps}): {args.n_envs} DummyVecEnv envs, n_steps={args.n_steps}, n_epochs={args.n_epochs}, "
         f"torch threads={args.threads}, rounds={args.rounds} (+1 warm-up)\n"
     )
-    print("| action space | obs | batch | PPO, no masks (s) | sb3-contrib (s) | ours (s) | ours / PPO | "
-          "sb3-contrib / ours |\n|---|---|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+    print("| action space | obs | batch | PPO, no masks (s) | sb3-contrib (s) | ours (s) | ours / PPO | floor / PPO | "
+          "sb3-contrib / ours |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
     ok, costs = True, []
     for space, obs, batch_size in itertools.product(args.spaces, args.observations, args.batch_sizes):
         cell = time_cell(space, obs == "dict", batch_size, args)
@@ -174,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         costs.append((cell["cost"], space, obs, batch_size))
         print(
             f"| {space} | {obs} | {batch_size} | {cell['PPO']:.3f} | {cell['sb3-contrib']:.3f} | {cell['ours']:.3f} "
-            f"| {cell['cost']:.2f}x | {cell['speedup']:.2f}x |",
+            f"| {cell['cost']:.2f}x | {cell['floor']:.2f}x | {cell['speedup']:.2f}x |",
             flush=True,
         )
     if costs:
