@@ -123,7 +123,7 @@ def _distribution_seconds(space: spaces.Space, rows: int, masked: bool, grad: bo
     ppo = make_proba_distribution(space)
     # SB3's MultiBinary is a Bernoulli per sub-action: one logit each, where the masked distribution has two.
     bernoulli = isinstance(space, spaces.MultiBinary) and not masked
-    logits = torch.randn(rows, int(np.prod(space.shape)) if bernoulli else width)
+    logits = torch.randn(rows, int(np.prod(space.shape or ())) if bernoulli else width)
     actions = torch.zeros(rows, len(mask_spec(space).groups), dtype=torch.long)
     ppo_actions = actions[:, 0] if isinstance(space, spaces.Discrete) else actions.float()
     times = []
