@@ -13,12 +13,14 @@ from torch import nn
 from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
+from torchrl.objectives.value import functional as torchrl_functional
 
+import torchrl_mask.advantage
 from torchrl_mask import MaskableRolloutBuffer
-from torchrl_mask.advantage import bootstrap_inputs, generalized_advantage, resolve_gae_method
+from torchrl_mask.advantage import bootstrap_inputs, check_gae_method, generalized_advantage
 
 
-@pytest.mark.parametrize("method", ["exact", "fast", "loop", "vec"])
+@pytest.mark.parametrize("method", ["loop", "vec"])
 def test_gae_by_hand_two_envs_with_an_episode_boundary(method):
     # env 0: rewards 1, 2, 3 with V = 0.5 everywhere, episode ends after step 1 (obs 2 starts a new one);
     # env 1: rewards 0, 0, 1, V = 0, the rollout ends mid-episode with V(s_3) = 4.
@@ -80,15 +82,15 @@ def bits(array: np.ndarray | torch.Tensor) -> np.ndarray:
 
 @pytest.mark.parametrize("pattern", ["none", "uniform", "mixed", "random"])
 @pytest.mark.parametrize(("n_envs", "steps"), [(1, 130), (2, 64), (3, 50), (8, 257)])
-def test_exact_gae_is_bit_identical_to_sb3_contrib_and_torchrls_loop(n_envs, steps, pattern):
-    # Scalar scan (1-2 envs) and row scan (3+ envs), every done pattern, sb3-contrib's own buffer as the reference.
+def test_default_gae_is_bit_identical_to_sb3_contrib_and_torchrls_loop(n_envs, steps, pattern):
+    # Every done pattern, sb3-contrib's own buffer as the reference.
     x = random_rollout(n_envs, steps, pattern, seed=n_envs * 1000 + steps)
     gamma, lam = 0.99, 0.95
     starts = torch.zeros_like(x["done"])
     starts[:, 1:] = x["done"][:, :-1]
     last, final_done = x["next_value"][:, -1, 0], x["done"][:, -1, 0]
     next_values, done = bootstrap_inputs(x["value"], starts, last, final_done)
-    adv, ret = generalized_advantage(x["reward"], x["value"], next_values, done, gamma, lam, method="exact")
+    adv, ret = generalized_advantage(x["reward"], x["value"], next_values, done, gamma, lam)
     ref_adv, ref_ret = sb3_contrib_gae(
         x["reward"][..., 0].T.numpy(),
         x["value"][..., 0].T.numpy(),
@@ -100,82 +102,28 @@ def test_exact_gae_is_bit_identical_to_sb3_contrib_and_torchrls_loop(n_envs, ste
     )
     assert np.array_equal(bits(adv[..., 0].T), bits(ref_adv))
     assert np.array_equal(bits(ret[..., 0].T), bits(ref_ret))
-    loop_adv, loop_ret = generalized_advantage(x["reward"], x["value"], next_values, done, gamma, lam, method="loop")
+    loop_adv, loop_ret = torchrl_functional.generalized_advantage_estimate(
+        gamma, lam, x["value"], next_values, x["reward"], done
+    )
     assert np.array_equal(bits(adv), bits(loop_adv)) and np.array_equal(bits(ret), bits(loop_ret))
-    assert generalized_advantage(x["reward"], x["value"], next_values, done, gamma, lam)[0].equal(adv), "auto"
 
 
 @pytest.mark.parametrize("pattern", ["none", "uniform", "mixed", "random"])
 @pytest.mark.parametrize(("n_envs", "steps"), [(1, 1), (1, 130), (3, 7), (8, 257), (64, 128)])
-def test_exact_gae_with_truncations_is_bit_identical_to_torchrls_loop(n_envs, steps, pattern):
+def test_default_gae_with_truncations_is_torchrls_loop_bit_for_bit(n_envs, steps, pattern):
     x = random_rollout(n_envs, steps, pattern, seed=steps + n_envs)
     args = (x["reward"], x["value"], x["next_value"], x["done"], 0.97, 0.9)
-    exact = generalized_advantage(*args, method="exact", terminated=x["terminated"])
-    loop = generalized_advantage(*args, method="loop", terminated=x["terminated"])
-    for ours, ref in zip(exact, loop, strict=True):
-        assert np.array_equal(bits(ours), bits(ref))
+    out = (torch.full_like(x["value"], -7.0), torch.full_like(x["value"], -7.0))
+    ours = generalized_advantage(*args, terminated=x["terminated"], out=out)
+    ref = torchrl_functional.generalized_advantage_estimate(
+        0.97, 0.9, x["value"], x["next_value"], x["reward"], x["done"], x["terminated"]
+    )
+    assert ours is out
+    for ours_tensor, ref_tensor in zip(ours, ref, strict=True):
+        assert np.array_equal(bits(ours_tensor), bits(ref_tensor))
 
 
-@pytest.mark.parametrize("pattern", ["none", "uniform", "mixed", "random"])
-@pytest.mark.parametrize(("n_envs", "steps"), [(1, 1), (1, 2), (2, 130), (5, 99), (8, 2048), (64, 128)])
-@pytest.mark.parametrize("gae_lambda", [0.95, 1.0])
-def test_fast_gae_agrees_with_torchrls_estimator_to_1e_5_relative(n_envs, steps, pattern, gae_lambda):
-    x = random_rollout(n_envs, steps, pattern, seed=7 * steps + n_envs)
-    args = (x["reward"], x["value"], x["next_value"], x["done"], 0.99, gae_lambda)
-    fast_adv, fast_ret = generalized_advantage(*args, method="fast", terminated=x["terminated"])
-    loop_adv, loop_ret = generalized_advantage(*args, method="loop", terminated=x["terminated"])
-    scale = loop_adv.abs().max().item()
-    torch.testing.assert_close(fast_adv, loop_adv, rtol=1e-5, atol=1e-5 * scale)
-    torch.testing.assert_close(fast_ret, loop_ret, rtol=1e-5, atol=1e-5 * scale)
-
-
-def float64_advantage(x: dict[str, torch.Tensor], gamma: float, gae_lambda: float) -> torch.Tensor:
-    """The recurrence step by step in Python floats (float64), env by env: the truth the fast route is held to."""
-    reward, value, next_value, done, terminated = (x[key][..., 0].tolist() for key in ROLLOUT_KEYS)
-    rows = []
-    for r, v, nv, d, term in zip(reward, value, next_value, done, terminated, strict=True):
-        last, row = 0.0, []
-        for t in range(len(r) - 1, -1, -1):
-            delta = r[t] + (0.0 if term[t] else gamma * nv[t]) - v[t]
-            last = delta + (0.0 if d[t] else gamma * gae_lambda * last)
-            row.append(last)
-        rows.append(row[::-1])
-    return torch.tensor(rows, dtype=torch.float64).unsqueeze(-1)
-
-
-ROLLOUT_KEYS = ("reward", "value", "next_value", "done", "terminated")
-
-
-@pytest.mark.parametrize(("n_envs", "steps"), [(1, 1), (8, 2), (64, 7), (64, 128), (8, 2048), (2, 100_000)])
-def test_fast_gae_is_within_1e_5_of_float64_at_every_discount_and_done_pattern(n_envs, steps):
-    # gamma * lambda in {0, 0.1, 0.5, 0.9405, 1}; ends none, ~1% uniform, mixed long/short, 20% random; a third
-    # of the ends truncations. Relative to the largest advantage, as the float32 loop's own error is.
-    for pattern in ("none", "uniform", "mixed", "random"):
-        x = random_rollout(n_envs, steps, pattern, seed=steps + n_envs)
-        for gamma, gae_lambda in ((0.99, 0.0), (0.5, 0.2), (1.0, 0.5), (0.99, 0.95), (1.0, 1.0)):
-            adv, ret = generalized_advantage(
-                x["reward"], x["value"], x["next_value"], x["done"], gamma, gae_lambda, "fast", x["terminated"]
-            )
-            expected = float64_advantage(x, gamma, gae_lambda)
-            atol, case = 1e-5 * expected.abs().max().item(), f"{pattern}, gamma {gamma}, lambda {gae_lambda}"
-            torch.testing.assert_close(adv.double(), expected, rtol=1e-5, atol=atol, msg=case)
-            torch.testing.assert_close(ret.double(), expected + x["value"].double(), rtol=1e-5, atol=atol, msg=case)
-
-
-def test_fast_gae_reads_and_writes_strided_tensors():
-    # (T, n_envs, 1) storages seen as (n_envs, T, 1): no input or output is contiguous; results must land in `out`.
-    x = random_rollout(3, 50, "random", seed=3)
-    strided = {key: x[key].transpose(0, 1).contiguous().transpose(0, 1) for key in ROLLOUT_KEYS}
-    out = tuple(torch.full_like(strided["value"].transpose(0, 1), -7.0).transpose(0, 1) for _ in range(2))
-    assert not any(t.is_contiguous() for t in (*strided.values(), *out))
-    args = (0.99, 0.95, "fast", strided["terminated"], out)
-    generalized_advantage(strided["reward"], strided["value"], strided["next_value"], strided["done"], *args)
-    expected = float64_advantage(x, 0.99, 0.95)
-    torch.testing.assert_close(out[0].double(), expected, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(out[1].double(), expected + x["value"].double(), rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("gae_method", ["fast", "exact"])
+@pytest.mark.parametrize("gae_method", ["loop", "vec"])
 def test_gae_with_a_wrong_number_of_last_values_or_dones_raises_and_writes_nothing(gae_method):
     ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], 8, 3, gae_method=gae_method)
     fill_pair(ref, ours, seed=1)
@@ -187,10 +135,30 @@ def test_gae_with_a_wrong_number_of_last_values_or_dones_raises_and_writes_nothi
     assert (ours.tensordict == before).all()
 
 
-def test_auto_is_exact_on_the_cpu_and_fast_on_an_accelerator():
-    assert resolve_gae_method("auto", torch.device("cpu")) == "exact"
-    assert resolve_gae_method("auto", torch.device("cuda")) == "fast"
-    assert resolve_gae_method("vec", torch.device("cpu")) == "vec"
+def test_torchrls_function_is_what_the_buffer_calls_by_default_and_it_gives_sb3_contribs_bits(monkeypatch):
+    # Wrapped where torchrl_mask.advantage looks it up: the default buffer must call it (once per rollout).
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(args[2].shape)
+        return torchrl_functional.generalized_advantage_estimate(*args, **kwargs)
+
+    monkeypatch.setattr(torchrl_mask.advantage, "generalized_advantage_estimate", spy)
+    ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], 50, 3, 0.99, 0.95)
+    assert ours.gae_method == "loop"
+    fill_pair(ref, ours, seed=4)
+    assert calls == [torch.Size((3, 50, 1))]
+    assert np.array_equal(bits(ours.advantages), bits(ref.advantages))
+    assert np.array_equal(bits(ours.returns), bits(ref.returns))
+
+
+@pytest.mark.parametrize(("removed", "replacement"), [("auto", "'loop'"), ("exact", "'loop'"), ("fast", "'vec'")])
+def test_a_removed_gae_method_raises_naming_its_replacement(removed, replacement):
+    with pytest.raises(ValueError, match=f"gae_method='{removed}' was removed") as err:
+        check_gae_method(removed)
+    assert replacement in str(err.value) and "Accepted: 'loop', 'vec'." in str(err.value)
+    with pytest.raises(ValueError, match="was removed"):
+        MaskableRolloutBuffer(4, spaces.Box(-1, 1, (2,)), spaces.Discrete(3), "cpu", gae_method=removed)  # type: ignore[arg-type]
 
 
 def test_unknown_gae_method_raises():
@@ -204,13 +172,17 @@ def test_a_buffer_with_an_unknown_gae_method_fails_at_construction():
         MaskableRolloutBuffer(4, spaces.Box(-1, 1, (2,)), spaces.Discrete(3), "cpu", gae_method="quick")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("gae_method", ["auto", "fast"])
-def test_torchrl_gae_module_on_the_storage_gives_the_buffers_advantages(gae_method):
-    # TorchRL's module reads ("next", "state_value"), ("next", "done") and ("next", "terminated") as written.
+@pytest.mark.parametrize(("gae_method", "vectorized"), [("loop", False), ("vec", True), ("loop", None)])
+def test_torchrl_gae_module_on_the_storage_gives_the_buffers_advantages(gae_method, vectorized):
+    # TorchRL's module reads ("next", "state_value"), ("next", "done") and ("next", "terminated") as written; run
+    # with the function the buffer used, it gives the same bits (its default, vectorized=None, to float32 rounding).
     ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], buffer_size=20, n_envs=3, gae_method=gae_method)
     fill_pair(ref, ours, seed=11)
     rollout = ours.tensordict.clone().exclude("advantage", "value_target")
-    GAE(gamma=ours.gamma, lmbda=ours.gae_lambda, value_network=None)(rollout)
+    GAE(gamma=ours.gamma, lmbda=ours.gae_lambda, value_network=None, vectorized=vectorized)(rollout)
+    if vectorized is not None:
+        assert np.array_equal(bits(rollout["advantage"]), bits(ours.tensordict["advantage"]))
+        assert np.array_equal(bits(rollout["value_target"]), bits(ours.tensordict["value_target"]))
     torch.testing.assert_close(rollout["advantage"], ours.tensordict["advantage"], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(rollout["value_target"], ours.tensordict["value_target"], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(rollout["advantage"][..., 0].T.numpy(), ref.advantages, rtol=1e-5, atol=1e-5)
@@ -252,7 +224,7 @@ def test_extend_a_collector_batch_with_truncations_by_every_route(pattern):
     batch["is_init"] = torch.zeros_like(x["done"])
     batch["is_init"][:, 1:] = x["done"][:, :-1]
     results = {}
-    for method in ("exact", "fast", "loop"):
+    for method in ("loop", "vec"):
         buf = type(ours)(64, ours.observation_space, ours.action_space, "cpu", 0.95, 0.99, 3, gae_method=method)
         buf.extend(batch, observation_keys=[("observation", key) for key in buf.observation_space.spaces])
         results[method] = (buf.tensordict["advantage"], buf.tensordict["value_target"])
@@ -260,8 +232,8 @@ def test_extend_a_collector_batch_with_truncations_by_every_route(pattern):
         batch["next", "reward"], batch["state_value"], x["next_value"], x["done"], 0.99, 0.95,
         method="loop", terminated=x["terminated"],
     )  # fmt: skip
-    for ours_tensor, ref_tensor in zip(results["exact"] + results["loop"], expected + expected, strict=True):
+    for ours_tensor, ref_tensor in zip(results["loop"], expected, strict=True):
         assert np.array_equal(bits(ours_tensor), bits(ref_tensor))
     scale = expected[0].abs().max().item()
-    for ours_tensor, ref_tensor in zip(results["fast"], expected, strict=True):
+    for ours_tensor, ref_tensor in zip(results["vec"], expected, strict=True):
         torch.testing.assert_close(ours_tensor, ref_tensor, rtol=1e-5, atol=1e-5 * scale)

@@ -30,7 +30,6 @@ MODULES = sorted(path.stem for path in (REPO / "torchrl_mask").glob("*.py") if n
 # How the package works inside: documented, but in the nav's "Developer reference", apart from the API.
 DEVELOPER_MODULES = {
     "adam",
-    "advantage_device",
     "benchmark",
     "benchmark_grid",
     "benchmark_learn",

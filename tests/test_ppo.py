@@ -543,7 +543,7 @@ def test_default_settings_learn_sb3_contribs_parameters_bit_for_bit_over_ten_upd
     initial = parameters(train(MaskablePPO, make_venv("multidiscrete", "dict", 8, 7), "MultiInputPolicy", 0, **kwargs))
     ref = train(SB3ContribMaskablePPO, make_venv("multidiscrete", "dict", 8, 7), "MultiInputPolicy", 10, **kwargs)
     ours = train(MaskablePPO, make_venv("multidiscrete", "dict", 8, 7), "MultiInputPolicy", 10, **kwargs)
-    assert ours.rollout_buffer.gae_method == "auto"
+    assert ours.rollout_buffer.gae_method == "loop"
     assert ours._n_updates == ref._n_updates == 10 * 2
     assert_trained(ours, initial)
     assert_same_parameters(parameters(ref), parameters(ours))

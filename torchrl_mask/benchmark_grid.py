@@ -208,7 +208,6 @@ VARIANTS: dict[str, Variant] = {
     for v in (
         Variant("default", {}, "our buffers with their defaults"),
         Variant("no-mask-check", {"check_masks": False}, "add() does not check that each mask row allows an action"),
-        Variant("fast-gae", {"gae_method": "fast"}, "the opt-in fast GAE route (gae_method='fast')"),
         Variant("no-value-check", {"check_values": False}, "add() does not check the values it stores"),
     )
 }

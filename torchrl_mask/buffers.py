@@ -39,7 +39,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
 from torchrl_mask import storage as st
-from torchrl_mask.advantage import GaeMethod, resolve_gae_method
+from torchrl_mask.advantage import GaeMethod, check_gae_method
 from torchrl_mask.masks import mask_spec
 from torchrl_mask.sb3_arrays import ArrayLike, SB3Array, float_masks, to_numpy
 from torchrl_mask.tensordict_rollout import TensorDictRollout
@@ -81,9 +81,9 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         for rollouts larger than RAM).
     :param memmap_dir: folder in which the rollout gets a memmap folder of its own, removed with the buffer;
         the system's temporary folder when None.
-    :param gae_method: how GAE is computed (:mod:`torchrl_mask.advantage`): ``"auto"`` (``"exact"`` on the CPU,
-        bit-identical to sb3-contrib's; ``"fast"`` on an accelerator), ``"exact"``, ``"fast"`` (no loop over time,
-        equal to about 1e-6 relative), or TorchRL's own ``"loop"`` and ``"vec"`` estimators.
+    :param gae_method: which of TorchRL's GAE functions computes the advantages (:mod:`torchrl_mask.advantage`),
+        on the rollout's device: ``"loop"`` (``generalized_advantage_estimate``; on the CPU bit-identical to
+        sb3-contrib's) or ``"vec"`` (``vec_generalized_advantage_estimate``, equal to float32 rounding).
     :raises TypeError: an action space that cannot be masked, or a Dict observation space (use
         :class:`MaskableDictRolloutBuffer`).
     """
@@ -115,7 +115,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         check_values: bool = True,
         storage: st.StorageKind = "memory",
         memmap_dir: str | Path | None = None,
-        gae_method: GaeMethod = "auto",
+        gae_method: GaeMethod = "loop",
     ) -> None:
         for name, size in (("buffer_size", buffer_size), ("n_envs", n_envs)):
             if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
@@ -129,7 +129,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         self.gamma = gamma
         self.check_masks = check_masks
         self.check_values = check_values
-        resolve_gae_method(gae_method, self.device)  # an unknown method fails here, not after a whole rollout
+        check_gae_method(gae_method)  # an unknown method fails here, not after a whole rollout
         self.gae_method: GaeMethod = gae_method
         self._storage_kind: st.StorageKind = storage
         self._memmap_dir = memmap_dir
@@ -236,8 +236,8 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     # -------------------------------------------------------------------------------------------- GAE
 
     def compute_returns_and_advantage(self, last_values: torch.Tensor, dones: np.ndarray | torch.Tensor) -> None:
-        """Compute GAE(lambda) advantages and TD(lambda) returns, by ``gae_method`` (by default sb3-contrib's own
-        recurrence in its float32 order: the same bits as sb3-contrib's buffer).
+        """Compute GAE(lambda) advantages and TD(lambda) returns by TorchRL's function that ``gae_method`` names
+        (by default ``generalized_advantage_estimate``: on the CPU the same bits as sb3-contrib's buffer).
 
         Fills ``"advantage"``, ``"value_target"`` and the TorchRL inputs ``("next", "state_value")``,
         ``("next", "done")``, ``("next", "terminated")`` of the storage.
@@ -380,8 +380,7 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
     :param storage: ``"memory"`` or ``"memmap"``.
     :param memmap_dir: folder in which the rollout gets a memmap folder of its own, removed with the buffer;
         the system's temporary folder when None.
-    :param gae_method: ``"auto"``, ``"exact"``, ``"fast"``, ``"loop"`` or ``"vec"``
-        (see :class:`MaskableRolloutBuffer`).
+    :param gae_method: ``"loop"`` or ``"vec"`` (see :class:`MaskableRolloutBuffer`).
     :raises TypeError: an action space that cannot be masked, or an observation space that is not a Dict.
     """
 

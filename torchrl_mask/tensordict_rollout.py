@@ -36,14 +36,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
 from torchrl_mask import storage as st
-from torchrl_mask.advantage import (
-    GaeMethod,
-    bootstrap_inputs,
-    generalized_advantage,
-    host_advantage,
-    host_bootstrap,
-    resolve_gae_method,
-)
+from torchrl_mask.advantage import GaeMethod, bootstrap_inputs, generalized_advantage, host_bootstrap
 from torchrl_mask.batches import check_batch_values, entries_from_batch
 from torchrl_mask.masks import mask_spec
 from torchrl_mask.minibatches import minibatch_columns
@@ -59,12 +52,8 @@ _LEAVES = (
 )  # fmt: skip
 _STEP_FIELDS = (st.ACTION, st.NEXT_REWARD, st.IS_INIT, st.VALUE, st.LOG_PROB, st.ACTION_MASK)
 _PER_ENV = (st.NEXT_REWARD, st.IS_INIT, st.VALUE)  # (n_envs, T, 1) leaves SB3 passes as (n_envs,)
-# The (n_envs, T, 1) leaves GAE reads or writes, the first six in host_advantage's order.
-_GAE_ROWS = (
-    st.NEXT_REWARD, st.VALUE, st.NEXT_VALUE, st.NEXT_DONE, st.ADVANTAGE, st.VALUE_TARGET,
-    st.IS_INIT, st.NEXT_TERMINATED,
-)  # fmt: skip
-_HOST = torch.device("cpu")
+# The (n_envs, T, 1) leaves bootstrap() reads or writes on the host, in host_bootstrap's order.
+_BOOTSTRAP_ROWS = (st.VALUE, st.IS_INIT, st.NEXT_VALUE, st.NEXT_DONE, st.NEXT_TERMINATED)
 
 
 class TensorDictRollout:
@@ -207,8 +196,7 @@ class TensorDictRollout:
         """
         last, done = self._per_env("last_values", last_values), self._per_env("dones", dones)
         if self.host:
-            keys = (st.VALUE, st.IS_INIT, st.NEXT_VALUE, st.NEXT_DONE, st.NEXT_TERMINATED)
-            v, s, nv, d, term = (self._gae_rows[key] for key in keys)
+            v, s, nv, d, term = (self._bootstrap_rows[key] for key in _BOOTSTRAP_ROWS)
             host_bootstrap(v, s, nv, d, last, done, term)
             return
         leaf = self.leaves
@@ -228,21 +216,15 @@ class TensorDictRollout:
         return array
 
     def advantage(self, gamma: float, gae_lambda: float, method: GaeMethod, truncations: bool) -> None:
-        """Fill ``"advantage"`` and ``"value_target"`` from the stored steps (:mod:`torchrl_mask.advantage`).
+        """Fill ``"advantage"`` and ``"value_target"`` from the stored steps by TorchRL's estimator
+        (:func:`torchrl_mask.advantage.generalized_advantage`).
 
         :param gamma: discount factor.
         :param gae_lambda: GAE's lambda.
-        :param method: the GAE route.
+        :param method: ``"loop"`` or ``"vec"``: which of TorchRL's functions.
         :param truncations: whether ``("next", "terminated")`` may differ from ``("next", "done")`` (a collector
             batch); False for SB3's steps, where every done is terminal (see :meth:`bootstrap`).
         """
-        route = resolve_gae_method(method, _HOST) if self.host else method
-        if route in ("exact", "fast") and self.host:
-            r, v, nv, d, adv, ret = (self._gae_rows[key] for key in _GAE_ROWS[:6])
-            terminated = self._gae_rows[st.NEXT_TERMINATED] if truncations else None
-            scratch = self._gae_scratch if route == "fast" else None
-            host_advantage(r, v, nv, d, gamma, gae_lambda, route, adv, ret, terminated, scratch)
-            return
         leaf = self.leaves
         generalized_advantage(
             leaf[st.NEXT_REWARD],
@@ -257,16 +239,10 @@ class TensorDictRollout:
         )
 
     @functools.cached_property
-    def _gae_rows(self) -> dict[NestedKey, np.ndarray]:
-        """The GAE leaves (the ``(n_envs, T, 1)`` ones) as ``(n_envs, T)`` numpy views, on the host: made once per
-        storage, as making them costs as much as the fast route's maths."""
-        return {key: self.leaves[key].numpy()[..., 0] for key in _GAE_ROWS}
-
-    @functools.cached_property
-    def _gae_scratch(self) -> np.ndarray:
-        """An ``(n_envs, T)`` float32 array the fast GAE route overwrites, kept: a fresh one per call can fault its
-        pages in, which costs as much as the route's maths."""
-        return np.zeros((self.n_envs, self.buffer_size), dtype=np.float32)
+    def _bootstrap_rows(self) -> dict[NestedKey, np.ndarray]:
+        """The leaves :meth:`bootstrap` writes from (``(n_envs, T, 1)``) as ``(n_envs, T)`` numpy views, on the
+        host: made once per storage, as making them costs as much as the bootstrap itself."""
+        return {key: self.leaves[key].numpy()[..., 0] for key in _BOOTSTRAP_ROWS}
 
     # ------------------------------------------------------------------------------------ minibatches
 
