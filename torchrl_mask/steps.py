@@ -16,7 +16,6 @@ ones), and one gather of each action's own mask entry (an allowed action also pr
 
 from __future__ import annotations
 
-import ctypes
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -31,10 +30,6 @@ __all__ = ["StepReader"]
 _NUMERIC = "biuf"  # numpy dtype kinds the storage takes: bool, signed and unsigned integers, floats
 _FLOATS = ("reward", "value", "log_prob")
 _BOOL = np.dtype(np.bool_)
-_F32 = torch.float32
-_STRIDED = torch.strided
-_memmove = ctypes.memmove
-_isfinite = np.isfinite  # with a positional out: cheaper than out=
 
 
 def _observation_name(path: tuple[str, ...]) -> str:
@@ -73,13 +68,11 @@ class StepReader:
         self.spec = spec
         self._stage = np.empty((3, n_envs), dtype=np.float32)  # reward, value, log_prob: one finite check
         self._finite = np.ones((3, n_envs), dtype=np.bool_)  # np.isfinite of the stage
-        self._all_finite = self._finite.tobytes()
         # The stage's rows, made once: reward, value and log_prob, each (n_envs,); value and log_prob also
         # as (n_envs, 1), the shape SB3's value tensor comes in.
         self._rows = (self._stage[0], self._stage[1], self._stage[2])
         self._columns = (self._stage[1].reshape(n_envs, 1), self._stage[2].reshape(n_envs, 1))
-        self._value_address, self._log_prob_address = (self._stage[row].ctypes.data for row in (1, 2))
-        self._row_bytes = n_envs * self._stage.itemsize
+        self._value_row, self._log_prob_row = (torch.from_numpy(self._stage[row]) for row in (1, 2))  # shared memory
         self._env_slot = (n_envs,)
         self._column_slot = (n_envs, 1)
         self._mask_slot = (n_envs, spec.size)
@@ -123,29 +116,26 @@ class StepReader:
         if type(reward) is not np.ndarray or reward.shape != slot or reward.dtype.kind not in _NUMERIC:
             reward = self._array("reward", reward, slot)
         reward_row[...] = reward
-        # SB3's value (n_envs, 1) and log_prob (n_envs,): float32 CPU tensors whose memory holds exactly their
-        # values (dense, contiguous, no lazy negation), copied byte for byte into the stage: what numpy's float32
-        # assignment would copy, without making an array of each tensor. Anything else: the slow path.
+        # SB3's value (n_envs, 1) and log_prob (n_envs,) as float32 tensors: copied into the stage through torch
+        # views of its rows (what numpy's float32 assignment would store), without making an array of each tensor.
+        # Anything else: the slow path, which names what is wrong.
         if (
             type(value) is type(log_prob) is torch.Tensor
             and value.shape == self._column_slot
             and log_prob.shape == slot
-            and value.dtype is log_prob.dtype is _F32
+            and value.dtype is log_prob.dtype is torch.float32
+            and value.layout is log_prob.layout is torch.strided
             and value.is_cpu
             and log_prob.is_cpu
-            and value.layout is log_prob.layout is _STRIDED
-            and value.is_contiguous()
-            and log_prob.is_contiguous()
-            and not (value.is_neg() or log_prob.is_neg())
         ):
-            _memmove(self._value_address, value.data_ptr(), self._row_bytes)
-            _memmove(self._log_prob_address, log_prob.data_ptr(), self._row_bytes)
+            self._value_row.copy_(value.detach().view(-1))
+            self._log_prob_row.copy_(log_prob.detach())
         else:
             self._stage_row(1, "value", value)
             self._stage_row(2, "log_prob", log_prob)
         if check_values:
-            _isfinite(self._stage, self._finite)
-            if self._finite.tobytes() != self._all_finite:  # one bytes comparison: cheaper than .all()
+            np.isfinite(self._stage, out=self._finite)
+            if not self._finite.all():
                 self._check_finite()
         masks: Any = True
         if action_masks is not None:
