@@ -71,6 +71,7 @@ class MaskedCategoricals:
         # Where each sub-action's column ends up when the blocks' columns are laid side by side.
         order = [g for block in self._blocks for g in block]
         self._columns = [order.index(g) for g in range(len(self.dims))]
+        self._masked_logit = torch.tensor(MASKED_LOGIT)  # remade in the logits' dtype and device when they differ
 
     def blocks(self, rows: torch.Tensor) -> list[torch.Tensor]:
         """``rows`` ``(B, width)`` (logits or a mask) as blocks ``(B, G_k, n_k)``, views where the sizes are even.
@@ -93,7 +94,9 @@ class MaskedCategoricals:
         original = [_normalised(block) for block in self.blocks(logits)]
         if mask is None:
             return [_normalised(block) for block in original]
-        masked_logit = torch.tensor(MASKED_LOGIT, dtype=logits.dtype, device=logits.device)
+        masked_logit = self._masked_logit
+        if masked_logit.dtype != logits.dtype or masked_logit.device != logits.device:
+            masked_logit = self._masked_logit = torch.tensor(MASKED_LOGIT, dtype=logits.dtype, device=logits.device)
         return [
             _normalised(torch.where(block_mask, block, masked_logit))
             for block, block_mask in zip(original, self.blocks(mask), strict=True)
@@ -113,6 +116,8 @@ class MaskedCategoricals:
         if deterministic:
             return self._in_order([block.argmax(dim=-1) for block in probs])
         rows = len(probs[0])
+        if len(self.dims) == 1:  # Discrete: the draws in the probabilities' own order
+            return (probs[0] / torch.empty_like(probs[0]).exponential_()).argmax(dim=-1)
         race = torch.empty(rows * self.width, dtype=probs[0].dtype, device=probs[0].device).exponential_()
         if self._even:
             draws = [race.view(len(self.dims), rows, self.dims[0]).transpose(0, 1)]
@@ -128,6 +133,8 @@ class MaskedCategoricals:
         :param actions: ``(B, len(dims))`` (or ``(B,)`` for one sub-action), any integer or float dtype.
         :return: ``(B,)``.
         """
+        if len(self.dims) == 1:  # Discrete: the one distribution's value, no sum
+            return log_pmf[0].gather(-1, actions.long().view(len(actions), 1, 1)).view(len(actions))
         columns = actions.long().view(len(actions), len(self.dims))
         picked = [
             block.gather(-1, block_actions.unsqueeze(-1)).squeeze(-1)
