@@ -106,3 +106,38 @@ def test_masked_gym_env_without_trackers_is_the_bare_gym_wrapper_and_still_masks
     taxi = env._env.unwrapped
     expected = np.stack([taxi.action_mask(int(o)) for o in rollout["observation"]]).astype(bool)
     np.testing.assert_array_equal(rollout["action_mask"].numpy(), expected)
+
+
+class _BadMaskEnv(gym.Env):
+    """A Discrete(4) env whose action_masks() holds what a buggy env returns."""
+
+    def __init__(self, mask: np.ndarray) -> None:
+        self.action_space = gym.spaces.Discrete(4)
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self._mask = mask
+
+    def reset(self, *, seed=None, options=None):  # type: ignore[no-untyped-def]
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        return np.zeros(2, np.float32), 0.0, False, False, {}
+
+    def action_masks(self) -> np.ndarray:
+        return self._mask
+
+
+@pytest.mark.parametrize(
+    ("mask", "message"),
+    [
+        (np.array([1.0, np.nan, 0.0, 1.0]), "values other than 0 and 1"),
+        (np.array([0, 2, 1, 0]), "values other than 0 and 1"),
+        (np.zeros(4, bool), "allow no action"),
+    ],
+    ids=["nan", "two", "all-false"],
+)
+def test_masked_gym_env_refuses_a_mask_the_buffers_refuse(mask: np.ndarray, message: str) -> None:
+    # The collector path reads masks with the buffers' own check: NaN or 2 is not "allowed" there either.
+    env = masked_gym_env(_BadMaskEnv(mask))
+    with pytest.raises(ValueError, match=message):
+        env.reset()

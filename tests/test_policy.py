@@ -137,3 +137,12 @@ def test_policy_module_rejects_wrong_number_of_observation_keys() -> None:
     policy = MaskablePPO("MlpPolicy", gym.make(TAXI), policy_kwargs=SMALL).policy
     with pytest.raises(ValueError, match=r"observation_keys has 2 keys.*1 leaves"):
         MaskablePolicyModule(policy, observation_keys=["a", "b"])
+
+
+def test_policy_module_refuses_a_mask_holding_nan_or_two_instead_of_reading_it_as_allowed() -> None:
+    module = MaskablePolicyModule(MaskablePPO("MlpPolicy", InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1),
+                                              policy_kwargs=SMALL, seed=0).policy)  # fmt: skip
+    obs = torch.zeros(2, 4)
+    for bad in (torch.tensor([[1.0, float("nan"), 0.0, 1.0]] * 2), torch.tensor([[0, 2, 1, 0]] * 2)):
+        with pytest.raises(ValueError, match="values other than 0 and 1"):
+            module(TensorDict({"observation": obs, "action_mask": bad}, [2]))

@@ -52,7 +52,8 @@ class _MaskReader(gym.Wrapper):
 
     def __init__(self, env: gym.Env, source: MaskSource = "auto", key: str = ACTION_MASK) -> None:
         super().__init__(env)
-        self._mask_size = mask_spec(env.action_space).size
+        self._spec = mask_spec(env.action_space)
+        self._mask_size = self._spec.size
         obs_space = env.observation_space
         has_obs_entry = isinstance(obs_space, spaces.Dict) and key in obs_space.spaces
         if source == "auto":
@@ -90,7 +91,10 @@ class _MaskReader(gym.Wrapper):
                 f"The env's action mask has {mask.size} entries, but {self.env.action_space!r} needs "
                 f"{self._mask_size} (sb3-contrib's layout)."
             )
-        return obs, mask.reshape(self._mask_size).astype(bool, copy=False)
+        # The buffers' own check (masks.MaskSpec): 0/1 or bool entries only (NaN or 2 is refused, not read as
+        # allowed), and a choice in every sub-action.
+        rows = self._spec.check(mask.reshape(1, self._mask_size), 1, lambda _: "this step of the env")
+        return obs, np.asarray(rows).reshape(self._mask_size)
 
 
 class ActionMaskInInfo(_MaskReader):

@@ -68,8 +68,9 @@ class _SB3Forward(nn.Module):
         self._paths = list(leaves)
         self._shapes = [tuple(space.shape or ()) for space in leaves.values()]
         self._action_shape = tuple(policy.action_space.shape or ())
-        self._dist = MaskedCategoricals(mask_spec(policy.action_space).groups)
-        self._mask_size = self._dist.width
+        self._spec = mask_spec(policy.action_space)
+        self._dist = MaskedCategoricals(self._spec.groups)
+        self._mask_size = self._spec.size
         # sb3-contrib's own forward(), inlined for its stock policies: the same masked distribution
         # (torchrl_mask.distributions), without building torch.distributions objects, which cost more than the
         # network itself on one row. A policy subclass that changes either method runs its own forward().
@@ -84,10 +85,12 @@ class _SB3Forward(nn.Module):
         *observations, mask = inputs
         batch = mask.shape[:-1]
         obs = self._observation(observations)
-        rows = mask.reshape(-1, self._mask_size)
+        # A bool mask passes as it is; 0/1 numbers become bool, anything else (NaN, 2) is refused naming it.
+        flat = mask.reshape(-1, self._mask_size)
+        rows = torch.as_tensor(self._spec.reshape(flat, len(flat)))
         deterministic = interaction_type() in (InteractionType.DETERMINISTIC, InteractionType.MODE)
         if self._inline:
-            actions, values, log_prob = self._masked_forward(obs, rows.to(torch.bool), deterministic)
+            actions, values, log_prob = self._masked_forward(obs, rows, deterministic)
         else:
             actions, values, log_prob = self.policy(obs, deterministic=deterministic, action_masks=rows)
         return actions.reshape((*batch, *self._action_shape)), log_prob.reshape(batch), values.reshape((*batch, 1))

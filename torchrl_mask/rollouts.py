@@ -55,7 +55,8 @@ class _StockForward:
 
     def __init__(self, policy: MaskableActorCriticPolicy) -> None:
         self.policy = policy
-        self._dist = MaskedCategoricals(mask_spec(policy.action_space).groups)
+        self._spec = mask_spec(policy.action_space)
+        self._dist = MaskedCategoricals(self._spec.groups)
         self._action_shape = tuple(policy.action_space.shape or ())
         self._plain = plain_layers(policy)
 
@@ -63,7 +64,9 @@ class _StockForward:
         """:return: actions ``(B, *action_shape)``, values ``(B, 1)``, log-probabilities ``(B,)``."""
         values, action_logits = values_and_logits(self.policy, obs, self._plain)
         logits = action_logits.view(-1, self._dist.width)
-        mask = torch.as_tensor(masks, device=logits.device).reshape(logits.shape).to(torch.bool)
+        # The buffers' mask reader: bool rows (n_envs, mask_dims), or an error naming a wrong shape or value
+        # before the policy's output is used (add() checks each row's choices once the step is taken).
+        mask = torch.as_tensor(self._spec.reshape(masks, len(logits)), device=logits.device)
         log_pmf = self._dist.log_pmf(logits, mask)
         actions = self._dist.sample(log_pmf)
         return actions.reshape((-1, *self._action_shape)), values, self._dist.log_prob(log_pmf, actions)
