@@ -374,7 +374,10 @@ def test_learn_refuses_a_collector_without_masking_or_extend_and_leaves_it_untou
             theirs.learn(32, collector=collector)
         with pytest.raises(TypeError, match=r"needs torchrl_mask\.MaskablePPO"):
             learn_from_collector(SB3ContribMaskablePPO("MlpPolicy", invalid_discrete_env_gym()), collector, 32)
-        assert plain.num_timesteps == theirs.num_timesteps == 0
+        other = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=16, batch_size=16, policy_kwargs=SMALL)
+        with pytest.raises(ValueError, match="over another policy than this model's"):  # plain's policy, not other's
+            other.learn(32, collector=collector)
+        assert plain.num_timesteps == theirs.num_timesteps == other.num_timesteps == 0
         # nothing ran and nothing was shut down: the collector still collects, and learning from it works
         plain.learn(32, collector=collector)
         assert plain.num_timesteps == 32

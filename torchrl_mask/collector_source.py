@@ -92,8 +92,14 @@ class CollectorRollout:
                 f"{type(model.rollout_buffer).__name__}. Use torchrl_mask.MaskablePPO with rollout_buffer_class "
                 f"None or a torchrl_mask buffer."
             )
+        shipped = getattr(collector, "policy", None)
+        if isinstance(shipped, MaskablePolicyModule) and shipped.policy is not model.policy:
+            raise ValueError(
+                "The collector runs a MaskablePolicyModule over another policy than this model's: its actions and "
+                "log-probabilities would not be this model's, and the weights learn() trains would never reach it. "
+                "Build the collector with MaskablePolicyModule(model.policy) of the model that learns."
+            )
         if observation_keys is None:
-            shipped = getattr(collector, "policy", None)
             observation_keys = shipped.observation_keys if isinstance(shipped, MaskablePolicyModule) else None
         self.model = model
         self.collector = collector
