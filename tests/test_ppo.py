@@ -390,6 +390,53 @@ def test_predict_with_masks_only_picks_allowed_actions(action: str) -> None:
         obs = env.step(np.asarray(actions))[0]
 
 
+def test_predict_refuses_masks_add_refuses_and_writes_nothing() -> None:
+    env = InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1)
+    model = MaskablePPO("MlpPolicy", env, n_steps=16, seed=0, policy_kwargs=TINY_MLP)
+    obs, _ = env.reset(seed=0)
+    for bad, message in [(np.zeros(4, bool), "allow no action"), (np.array([1.0, np.nan, 1.0, 0.0]), "other than 0"),
+                         (np.ones(5, bool), "shape")]:  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            model.predict(obs, action_masks=bad)
+
+
+class MaskInObservation(gym.Wrapper):
+    """InvalidActionEnvDiscrete with its mask as a Dict observation entry, as PettingZoo's games give it."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.observation_space = spaces.Dict({"obs": env.observation_space,
+                                              "action_mask": spaces.MultiBinary(int(env.action_space.n))})  # fmt: skip
+
+    def _with_mask(self, obs: Any) -> dict[str, Any]:
+        return {"obs": obs, "action_mask": np.asarray(self.env.unwrapped.action_masks(), dtype=np.int8)}
+
+    def reset(self, **kwargs: Any) -> tuple[dict[str, Any], dict]:
+        obs, info = self.env.reset(**kwargs)
+        return self._with_mask(obs), info
+
+    def step(self, action: Any) -> tuple[dict[str, Any], Any, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._with_mask(obs), reward, terminated, truncated, info
+
+
+def test_predict_without_masks_reads_the_dict_observations_mask_entry() -> None:
+    env = MaskInObservation(InvalidActionEnvDiscrete(dim=8, n_invalid_actions=5))
+    model = MaskablePPO("MultiInputPolicy", env, n_steps=16, seed=0, policy_kwargs=TINY_MLP)
+    obs, _ = env.reset(seed=0)
+    for _ in range(100):
+        action, _ = model.predict(obs)
+        assert obs["action_mask"][int(action)] == 1
+        obs = env.step(int(action))[0]
+
+
+def test_predict_without_masks_on_a_masked_env_warns_that_illegal_actions_can_be_drawn() -> None:
+    env = InvalidActionEnvDiscrete(dim=8, n_invalid_actions=5)
+    model = MaskablePPO("MlpPolicy", env, n_steps=16, seed=0, policy_kwargs=TINY_MLP)
+    with pytest.warns(torchrl_mask.ppo.UnmaskedPredictWarning, match="get_action_masks"):
+        model.predict(env.reset(seed=0)[0])
+
+
 class CountInvalidActions(gym.Wrapper):
     """Counts the actions taken that ``action_masks()`` disallowed."""
 

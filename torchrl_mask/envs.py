@@ -91,9 +91,9 @@ class _MaskReader(gym.Wrapper):
                 f"The env's action mask has {mask.size} entries, but {self.env.action_space!r} needs "
                 f"{self._mask_size} (sb3-contrib's layout)."
             )
-        # The buffers' own check (masks.MaskSpec): 0/1 or bool entries only (NaN or 2 is refused, not read as
-        # allowed), and a choice in every sub-action.
-        rows = self._spec.check(mask.reshape(1, self._mask_size), 1, lambda _: "this step of the env")
+        # The buffers' own reader (masks.MaskSpec): 0/1 or bool entries only, NaN or 2 refused rather than read
+        # as allowed. A row that allows no action reaches the learner, whose extend() names the env and step.
+        rows = self._spec.reshape(mask.reshape(1, self._mask_size), 1)
         return obs, np.asarray(rows).reshape(self._mask_size)
 
 

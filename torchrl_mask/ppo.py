@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -37,6 +38,7 @@ import numpy as np
 from gymnasium import spaces
 from sb3_contrib import MaskablePPO as _SB3ContribMaskablePPO
 from sb3_contrib.common.maskable import buffers as sb3c_buffers
+from sb3_contrib.common.maskable.utils import is_masking_supported
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
@@ -48,12 +50,17 @@ from torchrl_mask import storage as st
 from torchrl_mask.buffers import MaskableDictRolloutBuffer, MaskableRolloutBuffer
 from torchrl_mask.collector_source import DEFAULT_BATCH_TIMEOUT, CollectorRollout
 from torchrl_mask.evaluation import fast_train
+from torchrl_mask.masks import mask_spec
 from torchrl_mask.nested import flatten_nested_env, flatten_observation
 from torchrl_mask.rollouts import fast_rollout
 from torchrl_mask.workers import orphan_guard
 from torchrl_mask.workers import shutdown as shutdown_collector
 
-__all__ = ["MaskablePPO"]
+__all__ = ["MaskablePPO", "UnmaskedPredictWarning"]
+
+
+class UnmaskedPredictWarning(UserWarning):
+    """``predict()`` without ``action_masks`` on a model whose env has masks: illegal actions can be drawn."""
 
 _Self = TypeVar("_Self", bound="MaskablePPO")
 
@@ -101,11 +108,27 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         :param state: the policy's hidden state (recurrent policies; None here).
         :param episode_start: episode starts (recurrent policies).
         :param deterministic: take the most likely action instead of sampling.
-        :param action_masks: the mask, ``(mask_dims,)`` or ``(n, mask_dims)``.
+        :param action_masks: the mask, ``(mask_dims,)`` or ``(n, mask_dims)``, checked as ``add()`` checks masks;
+            None reads a Dict observation's ``"action_mask"`` entry if it has one (else predicts unmasked, with
+            a warning where the model's env has masks).
         :return: the action(s) and the next hidden state.
+        :raises ValueError: a mask of the wrong size, with entries other than 0 and 1, or allowing no action.
         """
         if isinstance(observation, Mapping) and any(isinstance(v, Mapping) for v in observation.values()):
             observation = flatten_observation(observation)
+        if action_masks is None and isinstance(observation, Mapping) and st.ACTION_MASK in observation:
+            action_masks = np.asarray(observation[st.ACTION_MASK])  # where learn() reads it too
+        if action_masks is not None:  # add()'s check: the right size, 0/1 entries, a choice in every sub-action
+            masks = np.asarray(action_masks)
+            action_masks = np.asarray(mask_spec(self.action_space).check(masks, 1 if masks.ndim == 1 else len(masks)))
+        elif self.env is not None and is_masking_supported(self.env):
+            warnings.warn(
+                "predict() without action_masks on an env that has masks draws from every action, illegal ones "
+                "too. Pass action_masks=get_action_masks(env) (sb3_contrib.common.maskable.utils), and evaluate "
+                "with sb3-contrib's evaluate_policy (sb3_contrib.common.maskable.evaluation), not SB3's.",
+                UnmaskedPredictWarning,
+                stacklevel=2,
+            )
         return super().predict(observation, state, episode_start, deterministic, action_masks)  # type: ignore[arg-type]
 
     def _setup_model(self) -> None:
