@@ -1,6 +1,6 @@
 """``torchrl-mask train`` keeps what it trained and refuses what would lose it, driven in a subprocess as a user
 drives it: an evaluation that raises, Ctrl-C and SIGTERM, a reused output folder, and input that used to end
-in a traceback (issue 24)."""
+in a traceback."""
 
 from __future__ import annotations
 
@@ -154,24 +154,32 @@ def test_an_evaluation_that_raises_is_reported_and_the_model_is_saved_first(tmp_
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("signum", "collector", "code"),
-    [(signal.SIGINT, None, 130), (signal.SIGTERM, None, 143), (signal.SIGTERM, "multisync", 143)],
+    ("signum", "collector", "code", "group"),
+    [
+        (signal.SIGINT, None, 130, False),
+        (signal.SIGINT, "multisync", 130, True),  # Ctrl-C in a terminal: the workers get SIGINT too
+        (signal.SIGTERM, None, 143, False),
+        (signal.SIGTERM, "multisync", 143, False),
+    ],
 )
 def test_an_interrupted_training_saves_its_model_and_leaves_no_process(
-    signum: int, collector: str | None, code: int, tmp_path: Path
+    signum: int, collector: str | None, code: int, group: bool, tmp_path: Path
 ) -> None:
     out = tmp_path / "run"
     command = [sys.executable, "-m", "torchrl_mask", "train", "--steps", "100000000", "--no-progress"]
     command += ["--hyperparams", "n_envs=2", "n_steps=32", "--out", str(out)]
     command += [] if collector is None else ["--collector", collector]
     proc = subprocess.Popen(command, cwd=REPO, env=_env_with(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, start_new_session=group)  # fmt: skip
     assert proc.stdout is not None
     for line in proc.stdout:  # SB3's logger table: the first rollout was collected and trained on
         if "total_timesteps" in line:
             break
     children = psutil.Process(proc.pid).children(recursive=True)
-    proc.send_signal(signum)
+    if group:
+        os.killpg(proc.pid, signum)
+    else:
+        proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == code, stderr
     lines = stderr.strip().splitlines()
