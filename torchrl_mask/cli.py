@@ -318,8 +318,8 @@ def _run_train(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return _train(config)
-    except KeyboardInterrupt as stop:  # before training started: nothing of this run to save
-        print("torchrl-mask: interrupted before training started; nothing saved.", file=sys.stderr)
+    except KeyboardInterrupt as stop:  # before training started (or while saving): no model to keep
+        print("torchrl-mask: interrupted before a model was saved; nothing to keep.", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(stop, _Terminated) else EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -89,7 +89,8 @@ def claim(folder: Path, overwrite: bool) -> Iterator[Path]:
     :param folder: the output folder, as :func:`check_out` accepted it.
     :param overwrite: remove the files of :data:`OWNED` first.
     :return: a context whose value is ``folder``; the lock is removed when it exits, however it exits.
-    :raises UsageError: another run took the folder since :func:`check_out` looked.
+    :raises UsageError: another run took the folder, or (without ``overwrite``) wrote into it, since
+        :func:`check_out` looked.
     """
     folder.mkdir(parents=True, exist_ok=True)
     lock = folder / LOCK
@@ -104,10 +105,14 @@ def claim(folder: Path, overwrite: bool) -> Iterator[Path]:
     with os.fdopen(descriptor, "w") as file:
         file.write(f"{os.getpid()}\n")
     try:
-        if overwrite:
-            for pattern in OWNED:
-                if pattern != LOCK:
-                    _remove_owned_pattern(folder, pattern)
+        if not overwrite and any(path.name != LOCK for path in folder.iterdir()):  # another run came and went
+            raise UsageError(
+                f"--out {folder} is not empty (an earlier run's files?); pass an empty or new folder, or add "
+                "--overwrite to replace the earlier run."
+            )
+        for pattern in OWNED if overwrite else ():
+            if pattern != LOCK:
+                _remove_owned_pattern(folder, pattern)
         yield folder
     finally:
         lock.unlink(missing_ok=True)

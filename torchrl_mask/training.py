@@ -313,10 +313,15 @@ def train(config: TrainConfig) -> TrainResult:
         monitor_dir = out / "monitor"
         monitor_dir.mkdir(exist_ok=True)
         model, curve = _learn_and_save(config, plan, monitor_dir)
-        evaluation = results.evaluate(model, partial(make_masked_env, config.env_id), config.eval_episodes, config.seed)
-        results.plot(curve, evaluation, config.env_id, config.eval_episodes, out / "learning_curve.png")
-        record = {"config": {**asdict(config), "out": str(out)}, "evaluation": evaluation}
-        (out / "evaluation.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+        try:
+            evaluation = results.evaluate(
+                model, partial(make_masked_env, config.env_id), config.eval_episodes, config.seed
+            )
+            results.plot(curve, evaluation, config.env_id, config.eval_episodes, out / "learning_curve.png")
+            record = {"config": {**asdict(config), "out": str(out)}, "evaluation": evaluation}
+            (out / "evaluation.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+        except KeyboardInterrupt as stop:  # while evaluating: the model is saved already
+            raise TrainingInterrupted(out, model.num_timesteps) from stop
     files = [*OUTPUT_FILES, *sorted(path.name for path in out.glob("rl_model_*_steps.zip"))]
     files += [name for name in ("best_model.zip", "evaluations.npz") if (out / name).exists()]
     return TrainResult(model=model, out=out, evaluation=evaluation, curve=curve, files=files)
