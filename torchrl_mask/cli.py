@@ -5,11 +5,13 @@
 rl-zoo3's habits: hyperparameters from an rl-zoo3 YAML file (``--conf-file``) and ``--hyperparams
 name=value`` overrides, periodic evaluation with the best model saved (``--eval-freq``), checkpoints
 (``--save-freq``), continuing a saved model (``-i``), TensorBoard (``--tensorboard-log``) and SB3's logger
-(``--verbose``). Then it evaluates the trained policy with masks, without masks and against random legal
-actions, and writes ``model.zip``, ``learning_curve.png``, ``learning_curve.csv`` and ``evaluation.json`` to
-the output folder; the job itself is :mod:`torchrl_mask.training`, its configuration
-:mod:`torchrl_mask.config`. This module holds the command line and nothing heavy: ``--help`` and a bad option
-answer before torch is imported.
+(``--verbose``). It saves ``model.zip`` and ``learning_curve.csv`` as soon as training ends, then evaluates the
+trained policy with masks, without masks and against random legal actions (one that raises is reported as such)
+and writes ``learning_curve.png`` and ``evaluation.json``; the output folder must be new or empty unless
+``--overwrite`` is given, and is locked while the run writes (:mod:`torchrl_mask.run_folder`). Ctrl-C or SIGTERM
+while training saves the model, prints one line saying where, and exits 130 or 143. The job itself is
+:mod:`torchrl_mask.training`, its configuration :mod:`torchrl_mask.config`. This module holds the command line
+and nothing heavy: ``--help`` and a bad option answer before torch is imported.
 
 ``torchrl-mask bench`` hands every argument after it to :func:`torchrl_mask.benchmark.main` (``bench learn``: the
 end-to-end benchmark, :mod:`torchrl_mask.benchmark_learn`).

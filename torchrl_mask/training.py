@@ -3,7 +3,9 @@ VecEnv or a TorchRL collector) with rl-zoo3's callbacks, an evaluation with and 
 user looks at.
 
 :func:`train` takes the :class:`~torchrl_mask.config.TrainConfig` the command line builds, checks all of it
-before it writes anything, and writes to the output folder:
+before it writes anything, locks the output folder (:mod:`torchrl_mask.run_folder`), and writes to it, the
+model and the curve's CSV right after training (also when a ``KeyboardInterrupt`` stops it:
+:class:`TrainingInterrupted`), the rest after the evaluation:
 
 - ``model.zip``: the trained model (``torchrl_mask.MaskablePPO.load`` or sb3-contrib's ``MaskablePPO.load``);
 - ``learning_curve.png``: episode return over timesteps beside the evaluation;
