@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from torchrl_mask.config import UsageError, check_hyperparams, load_conf_file, parse_hyperparam
+from torchrl_mask.config import UsageError, check_hyperparams, check_minibatches, load_conf_file, parse_hyperparam
 
 
 @pytest.mark.parametrize(
@@ -90,3 +90,23 @@ def test_a_file_gives_the_env_entry_else_its_default(tmp_path: Path) -> None:
     )
     assert load_conf_file(path, "Taxi-v4") == {"n_timesteps": 200_000, "n_envs": 4, "learning_rate": "lin_2.5e-4"}
     assert load_conf_file(path, "FrozenLake-v1") == {"n_timesteps": 10_000, "policy": "MlpPolicy"}
+
+
+@pytest.mark.parametrize(
+    ("n_steps", "n_envs", "batch_size", "normalize", "message"),
+    [
+        (65, 1, 64, True, "leaves a last minibatch of one row"),
+        (64, 1, 1, False, "use batch_size >= 2"),
+        (2**20, 32, 64, True, "rows of rollout, above the 16,777,216 held in memory"),
+    ],
+)
+def test_a_minibatch_of_one_row_or_a_rollout_too_big_is_refused(
+    n_steps: int, n_envs: int, batch_size: int, normalize: bool, message: str
+) -> None:
+    with pytest.raises(UsageError, match=message):
+        check_minibatches(n_steps, n_envs, batch_size, normalize)
+
+
+def test_a_last_minibatch_of_one_row_passes_without_advantage_normalisation() -> None:
+    check_minibatches(65, 1, 64, normalize_advantage=False)
+    check_minibatches(64, 2, 64)

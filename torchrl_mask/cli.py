@@ -5,11 +5,13 @@
 rl-zoo3's habits: hyperparameters from an rl-zoo3 YAML file (``--conf-file``) and ``--hyperparams
 name=value`` overrides, periodic evaluation with the best model saved (``--eval-freq``), checkpoints
 (``--save-freq``), continuing a saved model (``-i``), TensorBoard (``--tensorboard-log``) and SB3's logger
-(``--verbose``). Then it evaluates the trained policy with masks, without masks and against random legal
-actions, and writes ``model.zip``, ``learning_curve.png``, ``learning_curve.csv`` and ``evaluation.json`` to
-the output folder; the job itself is :mod:`torchrl_mask.training`, its configuration
-:mod:`torchrl_mask.config`. This module holds the command line and nothing heavy: ``--help`` and a bad option
-answer before torch is imported.
+(``--verbose``). It saves ``model.zip`` and ``learning_curve.csv`` as soon as training ends, then evaluates the
+trained policy with masks, without masks and against random legal actions (one that raises is reported as such)
+and writes ``learning_curve.png`` and ``evaluation.json``; the output folder must be new or empty unless
+``--overwrite`` is given, and is locked while the run writes (:mod:`torchrl_mask.run_folder`). Ctrl-C or SIGTERM
+while training saves the model, prints one line saying where, and exits 130 or 143. The job itself is
+:mod:`torchrl_mask.training`, its configuration :mod:`torchrl_mask.config`. This module holds the command line
+and nothing heavy: ``--help`` and a bad option answer before torch is imported.
 
 ``torchrl-mask bench`` hands every argument after it to :func:`torchrl_mask.benchmark.main` (``bench learn``: the
 end-to-end benchmark, :mod:`torchrl_mask.benchmark_learn`).
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,8 +40,8 @@ from torchrl_mask.config import (
     DEFAULT_HYPERPARAMS,
     TrainConfig,
     UsageError,
+    check_config,
     check_hyperparams,
-    check_paths,
     load_conf_file,
     parse_hyperparam,
 )
@@ -53,6 +56,8 @@ COLLECTOR_TEXT = {
     "multisync": "TorchRL MultiSyncCollector, one worker process each",
 }
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports Ctrl-C
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
 
 
 def _positive_int(text: str) -> int:
@@ -131,6 +136,7 @@ def _add_what_to_train(train: argparse.ArgumentParser) -> None:
         "--hyperparams",
         type=_hyperparam,
         nargs="+",
+        action="extend",  # given twice: both groups, the later value of a name winning
         default=[],
         metavar="NAME=VALUE",
         help="override hyperparameters, values as Python literals: learning_rate=3e-4 clip_range=lin_0.2 "
@@ -162,7 +168,12 @@ def _add_what_to_write(train: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="DIR",
         help="folder for the model, learning curve, evaluation, checkpoints and best model "
-        "(default: runs/<env>-<date>-<time>)",
+        "(default: runs/<env>-<date>-<time>); it must be empty or new, unless --overwrite",
+    )
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="train into an --out that holds an earlier run, removing that run's files first",
     )
     train.add_argument(
         "--eval-freq",
@@ -276,6 +287,7 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         threads=args.threads,
         collector=args.collector,
         conf_file=args.conf_file,
+        overwrite=args.overwrite,
     )
 
 
@@ -287,13 +299,35 @@ def _report(config: TrainConfig, result: TrainResult) -> None:
     }
     print(f"\nEvaluation on {config.env_id}, {config.eval_episodes} episodes each (mean ± std episode return):")
     for label, stats in rows.items():
-        print(f"  {label:<31}{stats['mean']:>10.2f} ± {stats['std']:.2f}")
+        if "error" in stats:  # the env raised (e.g. on an illegal move without masks): the model is saved
+            print(f"  {label:<31}raised {stats['error']}")
+        else:
+            print(f"  {label:<31}{stats['mean']:>10.2f} ± {stats['std']:.2f}")
     print(f"\nSaved to {result.out}/: " + ", ".join(result.files))
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as an interrupt so that training stops, saves and shuts its workers down as on Ctrl-C."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 def _run_train(args: argparse.Namespace) -> int:
     config = _config_from_args(args)
-    check_paths(config)  # before torch is imported: a path is the commonest mistake, answered at once
+    check_config(config)  # before torch is imported: a path is the commonest mistake, answered at once
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return _train(config)
+    except KeyboardInterrupt as stop:  # before training started (or while saving): no model to keep
+        print("torchrl-mask: interrupted before a model was saved; nothing to keep.", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(stop, _Terminated) else EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _train(config: TrainConfig) -> int:
     from torchrl_mask import training  # the heavy imports, only now that there is something to train
 
     source = training.describe_masks(config)
@@ -302,7 +336,11 @@ def _run_train(args: argparse.Namespace) -> int:
         f"Training MaskablePPO on {config.env_id} (masks from {source}) for {config.n_timesteps:,} steps: "
         f"{config.n_envs} envs ({rollouts}), seed {config.seed}, device {config.device}."
     )
-    result = training.train(config)
+    try:
+        result = training.train(config)
+    except training.TrainingInterrupted as stop:
+        print(f"torchrl-mask: {stop}", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(stop.__cause__, _Terminated) else EXIT_INTERRUPTED
     _report(config, result)
     return 0
 
@@ -326,8 +364,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``torchrl-mask`` with ``argv`` (default: the process's arguments) and return the exit status.
 
     :param argv: the arguments after the program name.
-    :return: 0 on success; 2 for input the user can fix (one line on stderr says what and how); the
-        benchmark's own status for ``bench``.
+    :return: 0 on success; 2 for input the user can fix (one line on stderr says what and how); 130 after
+        Ctrl-C and 143 after SIGTERM (the model saved, one line on stderr says where); the benchmark's own
+        status for ``bench``.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()

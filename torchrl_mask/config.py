@@ -6,10 +6,9 @@ runs it; this module imports neither, and nothing heavy (no torch), so ``--help`
 Hyperparameters come as rl-zoo3 writes them (`rl-baselines3-zoo <https://github.com/DLR-RM/rl-baselines3-zoo>`_):
 a YAML file whose top-level keys are env ids (``default`` for any other env), each holding ``n_timesteps``,
 ``n_envs``, ``policy``, ``policy_kwargs`` and MaskablePPO's own arguments; ``--hyperparams key=value`` overrides
-them one by one. A value is a Python literal (``0.001``, ``[64, 64]``, ``None``), ``lin_<number>`` for a
-schedule that falls linearly to 0 (``learning_rate``, ``clip_range``), or for ``policy_kwargs`` a
-``dict(...)`` call of literals, where ``nn.<Name>`` names a ``torch.nn`` class (``activation_fn=nn.ReLU``).
-Every value is checked here, before anything is trained or written.
+them one by one; :mod:`torchrl_mask.hyperparams` says what each value may be, and this module re-exports it.
+Every value is checked here, before anything is trained or written; the output folder's ownership (refused when
+another run's files are in it, unless ``--overwrite``) is :mod:`torchrl_mask.run_folder`.
 
 Example:
     >>> parse_hyperparam("policy_kwargs=dict(net_arch=[32, 32], activation_fn=nn.Tanh)")
@@ -20,214 +19,65 @@ Example:
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import re
 import tempfile
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from torchrl_mask import run_folder
+from torchrl_mask.hyperparams import (
+    DEFAULT_HYPERPARAMS,
+    HYPERPARAMS,
+    UsageError,
+    check_hyperparams,
+    check_minibatches,
+    parse_hyperparam,
+)
 
 __all__ = [
     "DEFAULT_HYPERPARAMS",
     "HYPERPARAMS",
     "TrainConfig",
     "UsageError",
+    "check_config",
     "check_device",
     "check_folder",
     "check_hyperparams",
+    "check_minibatches",
     "check_paths",
     "load_conf_file",
     "parse_hyperparam",
 ]
 
 
-class UsageError(ValueError):
-    """Input the user can fix: the message says what is wrong and how to fix it, on one line."""
+def _read_yaml(path: Path) -> Any:
+    """The YAML document in ``path``, read as UTF-8 with YAML's safe loader (no ``!!python`` tags)."""
+    import yaml  # only when a file is given: --help stays fast
 
-
-# What `torchrl-mask train` trains with when no --conf-file is given; tuned for Taxi-v4: 100k steps take about a
-# minute on 2 CPU cores and reach a mean return near the env's solved threshold of 8 (random legal actions: -175).
-# Without a file and without batch_size, the minibatch is a quarter of the rollout (n_steps * n_envs / 4).
-DEFAULT_HYPERPARAMS: dict[str, Any] = {
-    "n_timesteps": 100_000,
-    "n_envs": 8,
-    "n_steps": 256,
-    "learning_rate": 1e-3,
-    "ent_coef": 0.01,
-    "gamma": 0.99,
-    "policy_kwargs": {"net_arch": [64, 64]},
-}
-POLICIES = ("MlpPolicy", "MultiInputPolicy", "CnnPolicy")
-_FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_SCHEDULE = re.compile(r"lin_(" + _FLOAT.pattern + ")")
-_TORCH_NN = re.compile(r"(?:th\.|torch\.)?nn\.[A-Za-z_]\w*")
-
-
-def _number(value: Any, low: float, high: float = float("inf"), *, open_low: bool = False) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if not (low < value if open_low else low <= value) or not value <= high:
-        return None
-    return float(value)
-
-
-def _positive_int(value: Any) -> tuple[Any, str]:
-    integral = isinstance(value, int | float) and not isinstance(value, bool) and float(value).is_integer()
-    return (int(value), "") if integral and value > 0 else (value, "a positive integer")
-
-
-def _unit(value: Any) -> tuple[Any, str]:
-    return (value, "") if _number(value, 0.0, 1.0) is not None else (value, "a number from 0 to 1")
-
-
-def _non_negative(value: Any) -> tuple[Any, str]:
-    return (value, "") if _number(value, 0.0) is not None else (value, "a number >= 0")
-
-
-def _positive(value: Any) -> tuple[Any, str]:
-    return (value, "") if _number(value, 0.0, open_low=True) is not None else (value, "a number > 0")
-
-
-def _optional_positive(value: Any) -> tuple[Any, str]:
-    return (value, "") if value is None else (value, _positive(value)[1] and "None or a number > 0")
-
-
-def _schedule(value: Any) -> tuple[Any, str]:
-    """A number > 0, or rl-zoo3's ``lin_<number>`` (linear from that number at the start to 0 at the end)."""
-    match = _SCHEDULE.fullmatch(value) if isinstance(value, str) else None
-    if match is not None:
-        return (value, "") if float(match.group(1)) > 0 else (value, "a number > 0 or lin_<number > 0>")
-    return (value, "") if _number(value, 0.0, open_low=True) is not None else (value, "a number > 0 or lin_<number>")
-
-
-def _flag(value: Any) -> tuple[Any, str]:
-    return (value, "") if isinstance(value, bool) else (value, "True or False")
-
-
-def _policy(value: Any) -> tuple[Any, str]:
-    return (value, "") if value in POLICIES else (value, "one of " + ", ".join(POLICIES))
-
-
-def _policy_kwargs(value: Any) -> tuple[Any, str]:
-    if isinstance(value, str):
-        try:
-            value = _literal(value)
-        except UsageError as err:
-            return value, f"a dict(...) of literals ({err})"
-    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
-        return value, "a dict of keyword arguments, e.g. dict(net_arch=[64, 64])"
-    activation = value.get("activation_fn")
-    if activation is not None and not (isinstance(activation, str) and _TORCH_NN.fullmatch(activation)):
-        return value, "a dict whose activation_fn names a torch.nn class, e.g. activation_fn=nn.ReLU"
-    return value, ""
-
-
-# Every key a file or --hyperparams may set, with the check its value passes: rl-zoo3's keys for PPO that
-# MaskablePPO has (n_timesteps and n_envs are the run's, the rest MaskablePPO's constructor arguments).
-HYPERPARAMS: dict[str, Callable[[Any], tuple[Any, str]]] = {
-    "n_timesteps": _positive_int,
-    "n_envs": _positive_int,
-    "policy": _policy,
-    "policy_kwargs": _policy_kwargs,
-    "learning_rate": _schedule,
-    "n_steps": _positive_int,
-    "batch_size": _positive_int,
-    "n_epochs": _positive_int,
-    "gamma": _unit,
-    "gae_lambda": _unit,
-    "clip_range": _schedule,
-    "clip_range_vf": lambda value: (value, "") if value is None else _schedule(value),
-    "normalize_advantage": _flag,
-    "ent_coef": _non_negative,
-    "vf_coef": _non_negative,
-    "max_grad_norm": _positive,
-    "target_kl": _optional_positive,
-    "stats_window_size": _positive_int,
-}
-# rl-zoo3's keys that wrap the env or its VecEnv, or SB3 features MaskablePPO lacks: refused by name.
-RL_ZOO_ONLY = {
-    "normalize", "env_wrapper", "vec_env_wrapper", "frame_stack", "callback", "monitor_kwargs", "use_sde",
-    "sde_sample_freq", "env_kwargs",
-}  # fmt: skip
-
-
-def check_hyperparams(values: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """Check hyperparameters by name and value; ``policy_kwargs`` given as ``"dict(...)"`` comes back a dict.
-
-    :param values: name -> value, as read from a file or the command line.
-    :param source: where they came from, for the message (``"--hyperparams"``, ``"f.yml, Taxi-v4"``).
-    :return: the checked values, whole numbers as ``int``.
-    :raises UsageError: an unknown name or a value its check refuses.
-    """
-    checked: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
-            value = float(value)  # YAML 1.1 reads 1e-3 (no dot) as text; rl-zoo3's files write !!float 1e-3
-        check = HYPERPARAMS.get(key)
-        if key in RL_ZOO_ONLY:
+    if path.suffix not in (".yml", ".yaml"):
+        raise UsageError(f"--conf-file {path}: expected a YAML file (.yml or .yaml) in rl-zoo3's format.")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise UsageError(f"--conf-file {path}: cannot read it ({err.strerror or err}); pass a YAML file.") from None
+    except UnicodeDecodeError as err:
+        raise UsageError(
+            f"--conf-file {path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}); "
+            "save the file as UTF-8."
+        ) from None
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        tag = re.search(r"tag:yaml\.org,2002:(python/[^'\s]*)", str(getattr(err, "problem", "")))
+        if tag is not None:
             raise UsageError(
-                f"{source}: rl-zoo3's {key!r} is not supported here (the env is trained as gymnasium makes it, "
-                "wrapped for its masks only); remove it."
-            )
-        if check is None:
-            raise UsageError(
-                f"{source}: unknown hyperparameter {key!r}; torchrl-mask train takes " + ", ".join(HYPERPARAMS) + "."
-            )
-        checked[key], expected = check(value)
-        if expected:
-            raise UsageError(f"{source}: {key}={value!r} is not valid; expected {expected}.")
-    return checked
-
-
-def _node_value(node: ast.expr) -> Any:
-    """A literal, ``dict(k=v, ...)`` of literals, or ``nn.Name`` (kept as its dotted name)."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
-        if any(keyword.arg is None for keyword in node.keywords):
-            raise UsageError("dict(**...) is not a literal")
-        return {keyword.arg: _node_value(keyword.value) for keyword in node.keywords}
-    if isinstance(node, ast.Dict):
-        return {_node_value(key): _node_value(value) for key, value in zip(node.keys, node.values, strict=True) if key}
-    if isinstance(node, ast.List | ast.Tuple):
-        return [_node_value(item) for item in node.elts]
-    if isinstance(node, ast.Attribute) and _TORCH_NN.fullmatch(ast.unparse(node)):
-        return ast.unparse(node)
-    try:
-        return ast.literal_eval(node)
-    except ValueError:
-        raise UsageError(f"{ast.unparse(node)!r} is not a literal") from None
-
-
-def _literal(text: str) -> Any:
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError:
-        raise UsageError(f"{text!r} is not a Python literal") from None
-    return _node_value(tree.body)
-
-
-def parse_hyperparam(text: str) -> tuple[str, Any]:
-    """One ``--hyperparams`` item: ``name=value`` (rl-zoo3's ``name:value`` too), its value read as rl-zoo3 reads it.
-
-    A value that is no Python literal (``MlpPolicy``, ``lin_0.001``) is kept as text; the name and the value
-    are checked later, by :func:`check_hyperparams`.
-
-    :param text: e.g. ``"learning_rate=3e-4"``, ``"policy_kwargs=dict(net_arch=[64, 64])"``.
-    :return: the name and the value.
-    :raises UsageError: no ``=`` after a name, or a ``dict(...)`` that is not made of literals.
-    """
-    match = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*[=:](.*)", text, flags=re.DOTALL)
-    if match is None:
-        raise UsageError(f"--hyperparams {text!r}: expected name=value, e.g. learning_rate=3e-4")
-    key, raw = match.group(1), match.group(2).strip()
-    try:
-        return key, _literal(raw)
-    except UsageError as err:
-        if raw.startswith(("dict(", "{", "[")):
-            raise UsageError(f"--hyperparams {text!r}: {err}; use literals, e.g. dict(net_arch=[64, 64])") from None
-        return key, raw
+                f"--conf-file {path}: the tag !!{tag.group(1)}{line} is refused (a python tag runs code when the "
+                'file is read); write the value as text, e.g. policy_kwargs: "dict(activation_fn=nn.ReLU)".'
+            ) from None
+        raise UsageError(f"--conf-file {path}: not valid YAML{line}; fix the file.") from None
 
 
 def load_conf_file(path: Path, env_id: str) -> dict[str, Any]:
@@ -239,18 +89,7 @@ def load_conf_file(path: Path, env_id: str) -> dict[str, Any]:
     :raises UsageError: a missing or unreadable file, YAML that does not parse or is not a mapping of env
         ids, no entry for ``env_id`` and no ``default``, or an entry :func:`check_hyperparams` refuses.
     """
-    import yaml  # only when a file is given: --help stays fast
-
-    if path.suffix not in (".yml", ".yaml"):
-        raise UsageError(f"--conf-file {path}: expected a YAML file (.yml or .yaml) in rl-zoo3's format.")
-    try:
-        document = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise UsageError(f"--conf-file {path}: cannot read it ({err.strerror or err}); pass a YAML file.") from None
-    except yaml.YAMLError as err:
-        where = getattr(err, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where is not None else ""
-        raise UsageError(f"--conf-file {path}: not valid YAML{line}; fix the file.") from None
+    document = _read_yaml(path)
     if not isinstance(document, dict) or not all(isinstance(entry, dict) for entry in document.values()):
         raise UsageError(
             f"--conf-file {path}: expected env ids at the top level, each with its hyperparameters "
@@ -350,6 +189,8 @@ class TrainConfig:
         ``Collector`` over a ``SerialEnv`` in this process, ``"multisync"`` with TorchRL's
         ``MultiSyncCollector``, one worker process per env.
     :param conf_file: the file the hyperparameters came from, recorded in ``evaluation.json``.
+    :param overwrite: train into an output folder that holds another run's files, removing them first (without
+        it such a folder is refused).
     """
 
     env_id: str = "Taxi-v4"
@@ -373,6 +214,7 @@ class TrainConfig:
     threads: int = 1
     collector: Literal["sync", "multisync"] | None = None
     conf_file: Path | None = None
+    overwrite: bool = False
 
     def output_dir(self) -> Path:
         """The output folder: :attr:`out`, or ``runs/<env_id>-<date>-<time>`` (env id made file-safe)."""
@@ -387,14 +229,29 @@ def check_paths(config: TrainConfig) -> Path:
 
     :param config: the run's configuration.
     :return: the output folder (:meth:`TrainConfig.output_dir`).
-    :raises UsageError: an output or TensorBoard folder that cannot be made, a trained agent that is not a file,
-        or ``tensorboard_log`` without TensorBoard installed.
+    :raises UsageError: an output or TensorBoard folder that cannot be made, an output folder in use or holding
+        files (without ``overwrite``), a trained agent that is not a file, or ``tensorboard_log`` without
+        TensorBoard installed.
     """
     out = check_folder(config.output_dir(), "--out")
     if config.trained_agent is not None and not config.trained_agent.is_file():
         raise UsageError(f"-i {config.trained_agent}: no such file; pass a model saved by torchrl-mask train (.zip).")
+    run_folder.check_out(out, config.overwrite, config.trained_agent)
     if config.tensorboard_log is not None:
         check_folder(config.tensorboard_log, "--tensorboard-log")
         if importlib.util.find_spec("tensorboard") is None:
             raise UsageError("--tensorboard-log needs TensorBoard: pip install 'torchrl-mask[tensorboard]'.")
     return out
+
+
+def check_config(config: TrainConfig) -> Path:
+    """Check what can be checked before torch is imported: the rollout's minibatches, then every path.
+
+    :param config: the run's configuration.
+    :return: the output folder (:meth:`TrainConfig.output_dir`).
+    :raises UsageError: a minibatch of one row (:func:`check_minibatches`), or what :func:`check_paths` raises.
+    """
+    hyperparams = config.hyperparams  # MaskablePPO's defaults where the run gives none
+    n_steps, batch_size = hyperparams.get("n_steps", 2048), hyperparams.get("batch_size", 64)
+    check_minibatches(n_steps, config.n_envs, batch_size, hyperparams.get("normalize_advantage", True))
+    return check_paths(config)

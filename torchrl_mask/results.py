@@ -44,19 +44,20 @@ class _RandomLegalPolicy:
         return choice, None
 
 
-def evaluate(model: Any, make_env: Callable[[], gym.Env], episodes: int, seed: int) -> dict[str, dict[str, float]]:
+def evaluate(model: Any, make_env: Callable[[], gym.Env], episodes: int, seed: int) -> dict[str, dict[str, Any]]:
     """Mean and std of the episode return of the model with masks, without masks, and of random legal actions.
 
     Each of the three plays ``episodes`` deterministic episodes on a fresh env seeded ``seed + 10_000``, so all
-    three see the same start states.
+    three see the same start states. One that raises (an env that refuses an illegal move, played without
+    masks) is recorded as ``{"error": "<type>: <message>"}`` and the others still play.
 
     :param model: a trained MaskablePPO.
     :param make_env: makes one masked env (with ``action_masks()``).
     :param episodes: episodes per evaluation.
     :param seed: the run's seed.
-    :return: ``{"masked" | "unmasked" | "random": {"mean": ..., "std": ...}}``.
+    :return: ``{"masked" | "unmasked" | "random": {"mean": ..., "std": ...} or {"error": ...}}``.
     """
-    results: dict[str, dict[str, float]] = {}
+    results: dict[str, dict[str, Any]] = {}
     players: dict[str, tuple[Any, bool]] = {
         "masked": (model, True),
         "unmasked": (model, False),
@@ -64,15 +65,20 @@ def evaluate(model: Any, make_env: Callable[[], gym.Env], episodes: int, seed: i
     }
     for name, (player, use_masking) in players.items():
         env = make_vec_env(make_env, n_envs=1, seed=seed + EVAL_SEED_OFFSET)
-        returns, _ = evaluate_policy(
-            cast(Any, player),
-            env,
-            n_eval_episodes=episodes,
-            deterministic=True,
-            return_episode_rewards=True,
-            use_masking=use_masking,
-        )
-        env.close()
+        try:
+            returns, _ = evaluate_policy(
+                cast(Any, player),
+                env,
+                n_eval_episodes=episodes,
+                deterministic=True,
+                return_episode_rewards=True,
+                use_masking=use_masking,
+            )
+        except Exception as err:  # the env's own error: reported, the model is already saved
+            results[name] = {"error": f"{type(err).__name__}: {' '.join(str(err).split())}"}
+            continue
+        finally:
+            env.close()
         results[name] = {"mean": float(np.mean(returns)), "std": float(np.std(returns))}
     return results
 
@@ -90,12 +96,12 @@ def learning_curve(monitor_dir: Path) -> list[tuple[int, float]]:
 
 
 def plot(
-    curve: list[tuple[int, float]], evaluation: dict[str, dict[str, float]], env_id: str, episodes: int, path: Path
+    curve: list[tuple[int, float]], evaluation: dict[str, dict[str, Any]], env_id: str, episodes: int, path: Path
 ) -> None:
     """Draw the learning curve (each episode and a running mean) beside the three evaluations, as a PNG.
 
     :param curve: what :func:`learning_curve` returns.
-    :param evaluation: what :func:`evaluate` returns.
+    :param evaluation: what :func:`evaluate` returns (one that raised is drawn as an empty bar marked "raised").
     :param env_id: the env's name, for the titles.
     :param episodes: episodes per evaluation, for the title.
     :param path: the PNG to write.
@@ -119,9 +125,10 @@ def plot(
     ax_curve.grid(alpha=0.3)
 
     labels = {"masked": "trained,\nmasks", "unmasked": "trained,\nno masks", "random": "random\nlegal"}
-    means = [evaluation[key]["mean"] for key in labels]
+    means = [evaluation[key].get("mean", 0.0) for key in labels]
+    texts = [f"{evaluation[key]['mean']:.1f}" if "mean" in evaluation[key] else "raised" for key in labels]
     bars = ax_eval.bar(list(labels.values()), means, color=["tab:green", "tab:red", "tab:gray"])
-    ax_eval.bar_label(bars, labels=[f"{mean:.1f}" for mean in means], padding=2)
+    ax_eval.bar_label(bars, labels=texts, padding=2)
     ax_eval.axhline(0, color="black", lw=0.8)
     ax_eval.set(ylabel="mean episode return", title=f"evaluation, {episodes} episodes")
     fig.savefig(path, dpi=100)

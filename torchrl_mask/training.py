@@ -3,7 +3,9 @@ VecEnv or a TorchRL collector) with rl-zoo3's callbacks, an evaluation with and 
 user looks at.
 
 :func:`train` takes the :class:`~torchrl_mask.config.TrainConfig` the command line builds, checks all of it
-before it writes anything, and writes to the output folder:
+before it writes anything, locks the output folder (:mod:`torchrl_mask.run_folder`), and writes to it, the
+model and the curve's CSV right after training (also when a ``KeyboardInterrupt`` stops it:
+:class:`TrainingInterrupted`), the rest after the evaluation:
 
 - ``model.zip``: the trained model (``torchrl_mask.MaskablePPO.load`` or sb3-contrib's ``MaskablePPO.load``);
 - ``learning_curve.png``: episode return over timesteps beside the evaluation;
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import pickle
 import sys
 import zipfile
 from dataclasses import asdict, dataclass, field
@@ -43,15 +46,15 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from torchrl.collectors import BaseCollector, Collector, MultiSyncCollector
 from torchrl.envs import SerialEnv
 
-from torchrl_mask import results
+from torchrl_mask import results, run_folder
 from torchrl_mask.collectors import learn_from_collector
-from torchrl_mask.config import TrainConfig, UsageError, check_device, check_paths
+from torchrl_mask.config import TrainConfig, UsageError, check_config, check_device
 from torchrl_mask.masked_env import collector_env, make_masked_env, one_line
 from torchrl_mask.policy import MaskablePolicyModule
 from torchrl_mask.ppo import MaskablePPO
 from torchrl_mask.results import EVAL_SEED_OFFSET
 
-__all__ = ["TrainResult", "describe_masks", "train"]
+__all__ = ["TrainResult", "TrainingInterrupted", "describe_masks", "train"]
 
 MASK_SOURCE_TEXT = {
     "method": "its action_masks()",
@@ -69,14 +72,15 @@ class TrainResult:
 
     :param model: the trained model.
     :param out: the output folder.
-    :param evaluation: mean and std of the episode return for ``"masked"``, ``"unmasked"`` and ``"random"``.
+    :param evaluation: mean and std of the episode return for ``"masked"``, ``"unmasked"`` and ``"random"``
+        (``{"error": message}`` for one that raised).
     :param curve: ``(timestep, episode_return)`` of every training episode, in the order they ended.
     :param files: the names of the files written in ``out`` (checkpoints and best model included).
     """
 
     model: MaskablePPO
     out: Path
-    evaluation: dict[str, dict[str, float]]
+    evaluation: dict[str, dict[str, Any]]
     curve: list[tuple[int, float]] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
 
@@ -138,6 +142,11 @@ def _model_kwargs(hyperparams: dict[str, Any], policy: str) -> dict[str, Any]:
         activation = getattr(torch.nn, name.rsplit(".", 1)[-1], None)
         if not (isinstance(activation, type) and issubclass(activation, torch.nn.Module)):
             raise UsageError(f"policy_kwargs: activation_fn={name} is not a torch.nn module; use e.g. nn.ReLU.")
+        if activation.__module__ != "torch.nn.modules.activation" or activation is torch.nn.MultiheadAttention:
+            raise UsageError(
+                f"policy_kwargs: activation_fn={name} is not an activation function; use one of torch.nn's "
+                "activations, e.g. nn.ReLU or nn.Tanh."
+            )
         policy_kwargs["activation_fn"] = activation
     accepted = set(inspect.signature(MaskablePPO.policy_aliases[policy]).parameters) - POLICY_SET_BY_PPO
     unknown = sorted(set(policy_kwargs) - accepted)
@@ -153,14 +162,22 @@ def _check_trained_agent(path: Path, env: gym.Env) -> None:
     try:
         saved = MaskablePPO.load(path, device="cpu")
         check_for_correct_spaces(env, saved.observation_space, saved.action_space)
-    except (ValueError, KeyError, OSError, RuntimeError, zipfile.BadZipFile) as err:
+    except (
+        AssertionError,
+        ValueError,
+        KeyError,
+        OSError,
+        RuntimeError,
+        pickle.UnpicklingError,
+        zipfile.BadZipFile,
+    ) as err:
         raise UsageError(f"-i {path}: cannot continue from it: {one_line(err)} Pass a MaskablePPO .zip saved "
                          "for this env.") from None  # fmt: skip
 
 
 def _prepare(config: TrainConfig) -> _Plan:
     """Every check of the configuration, in the order a user fixes them; nothing is written."""
-    out = check_paths(config)
+    out = check_config(config)
     device = check_device(config.device)
     env = make_masked_env(config.env_id)
     try:
@@ -226,48 +243,87 @@ def _learn(config: TrainConfig, model: MaskablePPO, monitor_dir: Path, callbacks
         )  # fmt: skip
 
 
-def train(config: TrainConfig) -> TrainResult:
-    """Train, evaluate, and write the model, the learning curve and the evaluation to the output folder.
+class TrainingInterrupted(Exception):
+    """Training stopped by a ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM as the command line raises it); the model
+    and the learning curve were saved first. The interrupt is the ``__cause__``.
 
-    Sets torch's CPU thread count to ``config.threads`` for the process.
-
-    :param config: what to train and where to write it.
-    :return: the model, the output folder, the evaluation, the learning curve and the files written.
-    :raises UsageError: an unknown env id, an env without masks, a bad device, an output path that cannot be a
-        folder, a policy or policy_kwargs that do not fit, or a trained agent that does not load for the env.
+    :param out: the output folder.
+    :param steps: the env steps taken when it stopped (``model.num_timesteps``).
     """
-    plan = _prepare(config)  # fail here, with one clear line, before anything is written
-    torch.set_num_threads(config.threads)
-    out = plan.out
-    out.mkdir(parents=True, exist_ok=True)
-    monitor_dir = out / "monitor"
-    monitor_dir.mkdir(exist_ok=True)
-    for stale in monitor_dir.glob("*.monitor.csv"):  # a rerun into the same folder starts a new curve
-        stale.unlink()
+
+    def __init__(self, out: Path, steps: int) -> None:
+        super().__init__(f"interrupted at {steps:,} steps; saved to {out / 'model.zip'}")
+        self.out = out
+        self.steps = steps
+
+
+def _make_env(config: TrainConfig, monitor_dir: Path) -> VecEnv:
     if config.collector is None:
-        env: VecEnv = make_vec_env(
+        return make_vec_env(
             make_masked_env, n_envs=config.n_envs, seed=config.seed, env_kwargs={"env_id": config.env_id},
             monitor_dir=str(monitor_dir),
         )  # fmt: skip
-    else:  # never stepped: it gives the spaces and the env count (SB3's progress bar counts by it)
-        env = DummyVecEnv([partial(make_masked_env, config.env_id)] * config.n_envs)
-    model = _build_model(config, plan, env)
-    callbacks = _callbacks(config, out)
+    # never stepped: it gives the spaces and the env count (SB3's progress bar counts by it)
+    return DummyVecEnv([partial(make_masked_env, config.env_id)] * config.n_envs)
+
+
+def _learn_and_save(config: TrainConfig, plan: _Plan, monitor_dir: Path) -> tuple[MaskablePPO, list[tuple[int, float]]]:
+    """Train, then save the model and the learning curve at once (also after an interrupt, then re-raised)."""
+    env = _make_env(config, monitor_dir)
+    try:
+        model = _build_model(config, plan, env)
+        callbacks = _callbacks(config, plan.out)
+    except BaseException:
+        env.close()
+        raise
+    interrupt: KeyboardInterrupt | None = None
     try:
         _learn(config, model, monitor_dir, callbacks)
+    except KeyboardInterrupt as stop:
+        interrupt = stop
     finally:
         env.close()
         for callback in callbacks:
             if isinstance(callback, MaskableEvalCallback):
                 callback.eval_env.close()
+    model.save(plan.out / "model.zip")
     curve = results.learning_curve(monitor_dir)
-    evaluation = results.evaluate(model, partial(make_masked_env, config.env_id), config.eval_episodes, config.seed)
-    model.save(out / "model.zip")
-    results.plot(curve, evaluation, config.env_id, config.eval_episodes, out / "learning_curve.png")
     lines = ["timestep,episode_return", *(f"{step},{ret:g}" for step, ret in curve)]
-    (out / "learning_curve.csv").write_text("\n".join(lines) + "\n")
-    record = {"config": {**asdict(config), "out": str(out)}, "evaluation": evaluation}
-    (out / "evaluation.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    (plan.out / "learning_curve.csv").write_text("\n".join(lines) + "\n")
+    if interrupt is not None:
+        raise TrainingInterrupted(plan.out, model.num_timesteps) from interrupt
+    return model, curve
+
+
+def train(config: TrainConfig) -> TrainResult:
+    """Train; save the model and the learning curve; evaluate; write the PNG and the evaluation.
+
+    Sets torch's CPU thread count to ``config.threads`` for the process. The output folder is locked while the
+    run writes to it (:mod:`torchrl_mask.run_folder`). An evaluation that raises (an env that refuses an
+    illegal move, played without masks) is recorded as ``{"error": ...}``; the model is saved before.
+
+    :param config: what to train and where to write it.
+    :return: the model, the output folder, the evaluation, the learning curve and the files written.
+    :raises UsageError: an unknown env id, an env without masks, a bad device, an output path that cannot be a
+        folder or is in use, a policy or policy_kwargs that do not fit, or a trained agent that does not load.
+    :raises TrainingInterrupted: a ``KeyboardInterrupt`` while training; the model and curve were saved.
+    """
+    plan = _prepare(config)  # fail here, with one clear line, before anything is written
+    torch.set_num_threads(config.threads)
+    out = plan.out
+    with run_folder.claim(out, config.overwrite):
+        monitor_dir = out / "monitor"
+        monitor_dir.mkdir(exist_ok=True)
+        model, curve = _learn_and_save(config, plan, monitor_dir)
+        try:
+            evaluation = results.evaluate(
+                model, partial(make_masked_env, config.env_id), config.eval_episodes, config.seed
+            )
+            results.plot(curve, evaluation, config.env_id, config.eval_episodes, out / "learning_curve.png")
+            record = {"config": {**asdict(config), "out": str(out)}, "evaluation": evaluation}
+            (out / "evaluation.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+        except KeyboardInterrupt as stop:  # while evaluating: the model is saved already
+            raise TrainingInterrupted(out, model.num_timesteps) from stop
     files = [*OUTPUT_FILES, *sorted(path.name for path in out.glob("rl_model_*_steps.zip"))]
     files += [name for name in ("best_model.zip", "evaluations.npz") if (out / name).exists()]
     return TrainResult(model=model, out=out, evaluation=evaluation, curve=curve, files=files)
