@@ -1,0 +1,195 @@
+"""MaskableRecurrentPPO against sb3-contrib: RecurrentPPO's parameters bit for bit without masks; with masks,
+sb3-contrib's masked distributions on the LSTM's logits, legal actions everywhere, and a memory task it learns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from sb3_contrib import RecurrentPPO
+from sb3_contrib.common.envs import InvalidActionEnvDiscrete, InvalidActionEnvMultiDiscrete
+from sb3_contrib.common.maskable.distributions import make_masked_proba_distribution
+from sb3_contrib.common.maskable.evaluation import evaluate_policy
+from sb3_contrib.common.wrappers import ActionMasker
+from stable_baselines3.common.env_util import make_vec_env
+
+from torchrl_mask import MaskablePPO, MaskableRecurrentPPO
+from torchrl_mask.recurrent_buffers import MaskableRecurrentDictRolloutBuffer, MaskableRecurrentRolloutBuffer
+
+N_STEPS, N_ENVS, BATCH, EPOCHS = 16, 2, 12, 2  # batch 12 of 32 steps: sequences split and padded
+
+
+class SplitCartPole(gym.ObservationWrapper):
+    """CartPole with a ``Dict`` observation: the cart's position and velocity, and the pole's."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        box = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.observation_space = spaces.Dict({"cart": box, "pole": box})
+
+    def observation(self, observation: np.ndarray) -> dict[str, np.ndarray]:
+        return {"cart": observation[:2], "pole": observation[2:]}
+
+
+def cartpole() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+def dict_cartpole() -> gym.Env:
+    return SplitCartPole(gym.make("CartPole-v1"))
+
+
+def invalid_discrete() -> gym.Env:
+    return InvalidActionEnvDiscrete(dim=5, ep_length=7, n_invalid_actions=3)
+
+
+def invalid_multidiscrete() -> gym.Env:
+    # One-hot observations: sb3-contrib's LSTM cannot take a MultiDiscrete observation space (its features_dim is
+    # a NumPy integer, which nn.LSTM refuses).
+    return gym.wrappers.FlattenObservation(InvalidActionEnvMultiDiscrete(dims=[3, 4], ep_length=7, n_invalid_actions=3))
+
+
+def make(cls: type, make_env: Any, policy: str = "MlpLstmPolicy", seed: int = 3, **policy_kwargs: Any) -> Any:
+    env = make_vec_env(make_env, n_envs=N_ENVS, seed=seed)
+    kwargs = {"lstm_hidden_size": 8, "net_arch": [16], **policy_kwargs}
+    return cls(policy, env, n_steps=N_STEPS, batch_size=BATCH, n_epochs=EPOCHS, seed=seed, policy_kwargs=kwargs)
+
+
+PARITY = {
+    "box-discrete-separate-lstms": (cartpole, "MlpLstmPolicy", {}),
+    "box-discrete-unshared-extractors": (invalid_discrete, "MlpLstmPolicy", {"share_features_extractor": False}),
+    "multidiscrete-shared-lstm": (
+        invalid_multidiscrete,
+        "MlpLstmPolicy",
+        {"shared_lstm": True, "enable_critic_lstm": False},
+    ),
+    "dict-discrete-no-critic-lstm-2-layers": (
+        dict_cartpole,
+        "MultiInputLstmPolicy",
+        {"enable_critic_lstm": False, "n_lstm_layers": 2},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", PARITY)
+def test_unmasked_learns_recurrent_ppos_parameters_bit_for_bit(case: str) -> None:
+    make_env, policy, policy_kwargs = PARITY[case]
+    ref = make(RecurrentPPO, make_env, policy, **policy_kwargs).learn(5 * N_STEPS * N_ENVS)
+    ours = make(MaskableRecurrentPPO, make_env, policy, **policy_kwargs).learn(5 * N_STEPS * N_ENVS, use_masking=False)
+    assert ours._n_updates == ref._n_updates == 10
+    ref_params, our_params = ref.policy.state_dict(), ours.policy.state_dict()
+    assert ref_params.keys() == our_params.keys()
+    for name, value in ref_params.items():
+        assert torch.equal(value, our_params[name]), name
+    assert np.array_equal(ref.rollout_buffer.actions, ours.rollout_buffer.actions)
+
+
+def test_the_buffer_fits_the_observation_space() -> None:
+    assert isinstance(make(MaskableRecurrentPPO, cartpole).rollout_buffer, MaskableRecurrentRolloutBuffer)
+    dict_model = make(MaskableRecurrentPPO, dict_cartpole, "MultiInputLstmPolicy")
+    assert isinstance(dict_model.rollout_buffer, MaskableRecurrentDictRolloutBuffer)
+
+
+def legal(actions: np.ndarray, masks: np.ndarray, action_space: spaces.Space) -> np.ndarray:
+    """Whether each action (``(batch, n_dims)`` or ``(batch,)``) is allowed by its ``(batch, mask_dims)`` mask."""
+    nvec = [action_space.n] if isinstance(action_space, spaces.Discrete) else list(action_space.nvec)
+    offsets = np.cumsum([0, *nvec[:-1]])
+    index = actions.reshape(len(masks), len(nvec)).astype(int) + offsets
+    return np.take_along_axis(masks > 0.5, index, axis=1).all(axis=1)
+
+
+MASKED = {"discrete": invalid_discrete, "multidiscrete": invalid_multidiscrete}
+
+
+@pytest.mark.parametrize("case", MASKED)
+def test_rollout_log_probs_are_sb3_contribs_masked_distribution_of_the_lstm_logits(case: str) -> None:
+    model = make(MaskableRecurrentPPO, MASKED[case])
+    logits: list[torch.Tensor] = []
+    hook = model.policy.action_net.register_forward_hook(lambda _m, _i, out: logits.append(out.detach()))
+    model.learn(N_STEPS * N_ENVS)  # one rollout, then one update (whose own calls the hook records after these)
+    hook.remove()
+    buffer, space = model.rollout_buffer, model.action_space
+    steps = buffer.buffer_size * buffer.n_envs
+    # The buffer's arrays are flattened env-major by get(); the hook saw steps time-major, n_envs at a time.
+    masks = buffer.action_masks.reshape(buffer.n_envs, buffer.buffer_size, -1).swapaxes(0, 1)
+    actions = buffer.actions.reshape(buffer.n_envs, buffer.buffer_size, -1).swapaxes(0, 1)
+    log_probs = buffer.log_probs.reshape(buffer.n_envs, buffer.buffer_size).T
+    assert legal(actions.reshape(steps, -1), masks.reshape(steps, -1), space).all()
+    assert (masks < 0.5).any()
+    reference = make_masked_proba_distribution(space)
+    for step in range(buffer.buffer_size):
+        reference.proba_distribution(logits[step])
+        reference.apply_masking(masks[step])
+        expected = reference.log_prob(torch.as_tensor(actions[step]).squeeze(-1) if case == "discrete" else
+                                      torch.as_tensor(actions[step]))
+        assert torch.equal(expected, torch.as_tensor(log_probs[step])), step
+
+
+@pytest.mark.parametrize("case", MASKED)
+def test_training_evaluates_each_minibatch_under_its_masks(case: str) -> None:
+    model = make(MaskableRecurrentPPO, MASKED[case])
+    policy, space = model.policy, model.action_space
+    evaluate, checked = policy.evaluate_actions, []
+
+    def checking(obs: Any, actions: torch.Tensor, lstm_states: Any, episode_starts: torch.Tensor) -> Any:
+        logits: list[torch.Tensor] = []
+        hook = policy.action_net.register_forward_hook(lambda _m, _i, out: logits.append(out))
+        values, log_prob, entropy = evaluate(obs, actions, lstm_states, episode_starts)
+        hook.remove()
+        masks = model.rollout_buffer.last_action_masks
+        assert masks is not None and legal(actions.numpy(), masks.numpy(), space).all()
+        reference = make_masked_proba_distribution(space)
+        reference.proba_distribution(logits[0])
+        reference.apply_masking(masks)
+        assert torch.equal(log_prob, reference.log_prob(actions))
+        assert torch.equal(entropy, reference.entropy())
+        checked.append(bool((masks < 0.5).any()))
+        return values, log_prob, entropy
+
+    policy.evaluate_actions = checking  # type: ignore[method-assign]
+    model.learn(2 * N_STEPS * N_ENVS)
+    assert len(checked) == 2 * EPOCHS * 3 and any(checked)  # 32 steps in minibatches of 12: 3 per epoch
+
+
+class Strict(gym.Wrapper):
+    """Raises in ``step`` on an action the env's mask forbids."""
+
+    def step(self, action: Any) -> Any:
+        masks = np.asarray(self.env.unwrapped.action_masks())[None]
+        assert legal(np.asarray(action)[None], masks, self.action_space).all(), (action, masks)
+        return self.env.step(action)
+
+    def action_masks(self) -> np.ndarray:
+        return np.asarray(self.env.unwrapped.action_masks())
+
+
+@pytest.mark.parametrize("case", MASKED)
+def test_training_predict_and_evaluate_policy_take_only_legal_actions(case: str) -> None:
+    model = make(MaskableRecurrentPPO, lambda: Strict(MASKED[case]()))
+    model.learn(3 * N_STEPS * N_ENVS)  # the env raises on an illegal action
+    env = Strict(MASKED[case]())
+    obs, _ = env.reset(seed=0)
+    state, start = None, np.array([True])
+    for _ in range(30):
+        action, state = model.predict(obs, state=state, episode_start=start, action_masks=env.action_masks())
+        obs, _, terminated, truncated, _ = env.step(action)
+        start = np.array([terminated or truncated])
+        if terminated or truncated:
+            obs, _ = env.reset()
+    evaluate_policy(model, make_vec_env(lambda: Strict(MASKED[case]()), n_envs=2, seed=1), n_eval_episodes=6)
+
+
+def test_masking_needs_an_env_with_action_masks() -> None:
+    with pytest.raises(ValueError, match="action masking"):
+        make(MaskableRecurrentPPO, cartpole).learn(N_STEPS * N_ENVS)
+
+
+def test_masks_need_a_discrete_or_multidiscrete_action_space() -> None:
+    env = gym.make("Pendulum-v1")
+    model = MaskableRecurrentPPO("MlpLstmPolicy", env, n_steps=8, policy_kwargs={"lstm_hidden_size": 4})
+    with pytest.raises(ValueError, match="Discrete or MultiDiscrete"):
+        model.predict(np.zeros(3, np.float32), action_masks=np.ones(1))
