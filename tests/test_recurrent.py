@@ -14,10 +14,9 @@ from sb3_contrib import RecurrentPPO
 from sb3_contrib.common.envs import InvalidActionEnvDiscrete, InvalidActionEnvMultiDiscrete
 from sb3_contrib.common.maskable.distributions import make_masked_proba_distribution
 from sb3_contrib.common.maskable.evaluation import evaluate_policy
-from sb3_contrib.common.wrappers import ActionMasker
 from stable_baselines3.common.env_util import make_vec_env
 
-from torchrl_mask import MaskablePPO, MaskableRecurrentPPO
+from torchrl_mask import MaskableRecurrentPPO
 from torchrl_mask.recurrent_buffers import MaskableRecurrentDictRolloutBuffer, MaskableRecurrentRolloutBuffer
 
 N_STEPS, N_ENVS, BATCH, EPOCHS = 16, 2, 12, 2  # batch 12 of 32 steps: sequences split and padded
@@ -124,8 +123,9 @@ def test_rollout_log_probs_are_sb3_contribs_masked_distribution_of_the_lstm_logi
     for step in range(buffer.buffer_size):
         reference.proba_distribution(logits[step])
         reference.apply_masking(masks[step])
-        expected = reference.log_prob(torch.as_tensor(actions[step]).squeeze(-1) if case == "discrete" else
-                                      torch.as_tensor(actions[step]))
+        expected = reference.log_prob(
+            torch.as_tensor(actions[step]).squeeze(-1) if case == "discrete" else torch.as_tensor(actions[step])
+        )
         assert torch.equal(expected, torch.as_tensor(log_probs[step])), step
 
 

@@ -109,17 +109,33 @@ class _MaskStore:
 class MaskableRecurrentRolloutBuffer(_MaskStore, RecurrentRolloutBuffer):
     """sb3-contrib's ``RecurrentRolloutBuffer`` with the action masks of every step.
 
-    :param args: positional arguments of ``RecurrentRolloutBuffer`` (``buffer_size``, ``observation_space``,
-        ``action_space``, ``hidden_state_shape`` ``(n_steps, n_lstm_layers, n_envs, lstm_hidden_size)``, ...).
-    :param kwargs: keyword arguments of ``RecurrentRolloutBuffer``.
+    :param buffer_size: steps per env in a rollout.
+    :param observation_space: the observation space.
+    :param action_space: the action space.
+    :param hidden_state_shape: ``(n_steps, n_lstm_layers, n_envs, lstm_hidden_size)``.
+    :param device: where the minibatches' tensors go.
+    :param gae_lambda: GAE's lambda.
+    :param gamma: the discount factor.
+    :param n_envs: envs stepped together.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        hidden_state_shape: tuple[int, int, int, int],
+        device: th.device | str = "auto",
+        gae_lambda: float = 1,
+        gamma: float = 0.99,
+        n_envs: int = 1,
+    ) -> None:
         #: Called for a step's masks when ``add`` is given none (None: all actions legal).
         self.mask_source = None
-        action_space = kwargs.get("action_space", args[2] if len(args) > 2 else None)
         self.mask_dims = mask_dims(action_space)
-        super().__init__(*args, **kwargs)
+        super().__init__(
+            buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs
+        )
 
     def reset(self) -> None:
         """Empty the buffer; every action legal until ``add`` says otherwise."""
@@ -160,15 +176,33 @@ class MaskableRecurrentRolloutBuffer(_MaskStore, RecurrentRolloutBuffer):
 class MaskableRecurrentDictRolloutBuffer(_MaskStore, RecurrentDictRolloutBuffer):
     """sb3-contrib's ``RecurrentDictRolloutBuffer`` with the action masks of every step.
 
-    :param args: positional arguments of ``RecurrentDictRolloutBuffer``.
-    :param kwargs: keyword arguments of ``RecurrentDictRolloutBuffer``.
+    :param buffer_size: steps per env in a rollout.
+    :param observation_space: the observation space.
+    :param action_space: the action space.
+    :param hidden_state_shape: ``(n_steps, n_lstm_layers, n_envs, lstm_hidden_size)``.
+    :param device: where the minibatches' tensors go.
+    :param gae_lambda: GAE's lambda.
+    :param gamma: the discount factor.
+    :param n_envs: envs stepped together.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        hidden_state_shape: tuple[int, int, int, int],
+        device: th.device | str = "auto",
+        gae_lambda: float = 1,
+        gamma: float = 0.99,
+        n_envs: int = 1,
+    ) -> None:
+        #: Called for a step's masks when ``add`` is given none (None: all actions legal).
         self.mask_source = None
-        action_space = kwargs.get("action_space", args[2] if len(args) > 2 else None)
         self.mask_dims = mask_dims(action_space)
-        super().__init__(*args, **kwargs)
+        super().__init__(
+            buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs
+        )
 
     def reset(self) -> None:
         """Empty the buffer; every action legal until ``add`` says otherwise."""

@@ -13,7 +13,7 @@ learns exactly what sb3-contrib's ``RecurrentPPO`` does. Masks reach the hook as
 >>> policy = MaskableRecurrentActorCriticPolicy(
 ...     spaces.Box(-1, 1, (3,)), spaces.Discrete(4), lambda _: 3e-4, lstm_hidden_size=8
 ... )
->>> actions, state = policy.predict(np.zeros((2, 3), np.float32), action_masks=[[0, 0, 1, 0], [1, 0, 0, 0]])
+>>> actions, state = policy.predict(np.zeros((2, 3), np.float32), action_masks=np.array([[0, 0, 1, 0], [1, 0, 0, 0]]))
 >>> actions.tolist(), state[0].shape
 ([2, 0], (1, 2, 8))
 """
@@ -36,7 +36,7 @@ from sb3_contrib.common.recurrent.policies import (
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.distributions import Distribution
 
-MaybeMasks = np.ndarray | th.Tensor | list[Any] | None
+MaybeMasks = np.ndarray | th.Tensor | None
 
 
 def masked_distribution(
@@ -154,7 +154,7 @@ class MaskableRecurrentActorCriticPolicy(RecurrentActorCriticPolicy):
         with self._masked(action_masks):
             return super().get_distribution(obs, lstm_states, episode_starts)
 
-    def predict(  # type: ignore[override]
+    def predict(
         self,
         observation: np.ndarray | dict[str, np.ndarray],
         state: tuple[np.ndarray, ...] | None = None,

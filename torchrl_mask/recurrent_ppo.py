@@ -69,13 +69,13 @@ class MaskableRecurrentPPO(RecurrentPPO):
     ``shared_lstm``, ``enable_critic_lstm``.
     """
 
-    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {  # type: ignore[misc]
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpLstmPolicy": MaskableRecurrentActorCriticPolicy,
         "CnnLstmPolicy": MaskableRecurrentActorCriticCnnPolicy,
         "MultiInputLstmPolicy": MaskableRecurrentMultiInputActorCriticPolicy,
     }
     policy: MaskableRecurrentActorCriticPolicy
-    rollout_buffer: MaskableRecurrentRolloutBuffer | MaskableRecurrentDictRolloutBuffer  # type: ignore[assignment]
+    rollout_buffer: MaskableRecurrentRolloutBuffer | MaskableRecurrentDictRolloutBuffer
     #: Whether the last ``learn`` call masks (read by ``collect_rollouts`` and ``train``).
     use_masking: bool = True
 
@@ -95,7 +95,7 @@ class MaskableRecurrentPPO(RecurrentPPO):
             n_envs=self.n_envs,
         )
 
-    def collect_rollouts(  # type: ignore[override]
+    def collect_rollouts(
         self,
         env: VecEnv,
         callback: BaseCallback,
@@ -162,7 +162,7 @@ class MaskableRecurrentPPO(RecurrentPPO):
         self.use_masking = use_masking
         return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
 
-    def predict(  # type: ignore[override]
+    def predict(
         self,
         observation: np.ndarray | dict[str, np.ndarray],
         state: tuple[np.ndarray, ...] | None = None,
