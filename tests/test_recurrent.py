@@ -330,3 +330,32 @@ def test_a_memory_task_gated_by_masks_is_learned_with_the_lstm_and_not_without(s
     )
     assert success_rate(recurrent.learn(8000), seed + 100) >= 0.9
     assert success_rate(feedforward.learn(8000), seed + 100) <= 0.65
+
+
+def test_the_policy_aliases_are_sb3_contribs_lstm_policies_with_masks() -> None:
+    from sb3_contrib.ppo_recurrent import CnnLstmPolicy, MlpLstmPolicy, MultiInputLstmPolicy
+
+    from torchrl_mask.recurrent_policies import MaskableRecurrentActorCriticPolicy
+
+    for name, base in [("MlpLstmPolicy", MlpLstmPolicy), ("CnnLstmPolicy", CnnLstmPolicy)]:
+        assert issubclass(MaskableRecurrentPPO.policy_aliases[name], base)
+    assert issubclass(MaskableRecurrentPPO.policy_aliases["MultiInputLstmPolicy"], MultiInputLstmPolicy)
+    assert all(
+        issubclass(cls, MaskableRecurrentActorCriticPolicy) for cls in MaskableRecurrentPPO.policy_aliases.values()
+    )
+
+
+def test_a_saved_model_loads_and_predicts_the_same_masked_actions(tmp_path: Any) -> None:
+    model = make(MaskableRecurrentPPO, invalid_discrete)
+    model.learn(N_STEPS * N_ENVS)
+    model.save(tmp_path / "model.zip")
+    loaded = MaskableRecurrentPPO.load(tmp_path / "model.zip")
+    assert type(loaded.policy) is type(model.policy)
+    obs, masks = np.array([1, 3]), np.array([[0, 0, 1, 1, 0], [1, 0, 0, 0, 0]], bool)
+    for chosen in (model, loaded):
+        actions, _ = chosen.predict(obs, deterministic=True, action_masks=masks)
+        assert legal(actions, masks, model.action_space).all()
+    assert np.array_equal(
+        model.predict(obs, deterministic=True, action_masks=masks)[0],
+        loaded.predict(obs, deterministic=True, action_masks=masks)[0],
+    )
