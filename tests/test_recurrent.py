@@ -320,7 +320,9 @@ def success_rate(model: Any, seed: int, n_envs: int = 8, rounds: int = 25) -> fl
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_memory_task_gated_by_masks_is_learned_with_the_lstm_and_not_without(seed: int) -> None:
-    kwargs = {"n_steps": 16, "batch_size": 64, "n_epochs": 4, "learning_rate": 3e-3, "seed": seed}
+    # Measured at these settings: success 1.0 for seeds 0-19 with the LSTM, 0.45-0.52 without (lr 3e-3 and 8000
+    # steps failed one seed in ten).
+    kwargs = {"n_steps": 16, "batch_size": 64, "n_epochs": 4, "learning_rate": 1e-3, "seed": seed}
     env = make_vec_env(CueRecall, n_envs=8, seed=seed)
     recurrent = MaskableRecurrentPPO(
         "MlpLstmPolicy", env, policy_kwargs={"lstm_hidden_size": 16, "net_arch": [16]}, **kwargs
@@ -328,8 +330,8 @@ def test_a_memory_task_gated_by_masks_is_learned_with_the_lstm_and_not_without(s
     feedforward = MaskablePPO(
         "MlpPolicy", make_vec_env(CueRecall, n_envs=8, seed=seed), policy_kwargs={"net_arch": [16]}, **kwargs
     )
-    assert success_rate(recurrent.learn(8000), seed + 100) >= 0.9
-    assert success_rate(feedforward.learn(8000), seed + 100) <= 0.65
+    assert success_rate(recurrent.learn(12000), seed + 100) >= 0.9
+    assert success_rate(feedforward.learn(12000), seed + 100) <= 0.65
 
 
 def test_the_policy_aliases_are_sb3_contribs_lstm_policies_with_masks() -> None:
