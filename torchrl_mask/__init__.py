@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from torchrl_mask.nested import FlattenNestedDict
     from torchrl_mask.policy import MaskablePolicyModule
     from torchrl_mask.ppo import MaskablePPO
+    from torchrl_mask.recurrent_ppo import MaskableRecurrentPPO
 
 __version__ = "0.1.0"
 
@@ -35,6 +36,7 @@ _HOMES = {
     "MaskableRolloutBuffer": "torchrl_mask.buffers",
     "MaskableRolloutBufferSamples": "torchrl_mask.buffers",
     "MaskablePPO": "torchrl_mask.ppo",
+    "MaskableRecurrentPPO": "torchrl_mask.recurrent_ppo",
     "ActionMaskInInfo": "torchrl_mask.envs",
     "ActionMaskInObservation": "torchrl_mask.envs",
     "CollectorFailed": "torchrl_mask.collectors",
@@ -53,6 +55,7 @@ __all__ = [
     "MaskableDictRolloutBufferSamples",
     "MaskablePPO",
     "MaskablePolicyModule",
+    "MaskableRecurrentPPO",
     "MaskableRolloutBuffer",
     "MaskableRolloutBufferSamples",
     "__version__",

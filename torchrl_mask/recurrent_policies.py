@@ -1,0 +1,193 @@
+"""sb3-contrib's LSTM actor-critic policies with action masks applied to the distribution after the LSTM.
+
+The policies are sb3-contrib's ``RecurrentActorCriticPolicy`` (and its CNN and multi-input variants), unchanged
+but for one hook: ``_get_action_dist_from_latent``, which ``forward``, ``evaluate_actions`` and
+``get_distribution`` all call on the LSTM's (and MLP's) latent, builds sb3-contrib's masked distribution from the
+action logits when masks are given. Without masks it is SB3's own distribution, so that an unmasked run draws and
+learns exactly what sb3-contrib's ``RecurrentPPO`` does. Masks reach the hook as the ``action_masks=`` argument of
+``forward``, ``evaluate_actions``, ``get_distribution`` and ``predict``, or, for callers that cannot pass them
+(``RecurrentPPO``'s own rollout and training loops), from :attr:`MaskableRecurrentActorCriticPolicy.mask_source`.
+
+>>> import numpy as np
+>>> from gymnasium import spaces
+>>> policy = MaskableRecurrentActorCriticPolicy(
+...     spaces.Box(-1, 1, (3,)), spaces.Discrete(4), lambda _: 3e-4, lstm_hidden_size=8
+... )
+>>> actions, state = policy.predict(np.zeros((2, 3), np.float32), action_masks=np.array([[0, 0, 1, 0], [1, 0, 0, 0]]))
+>>> actions.tolist(), state[0].shape
+([2, 0], (1, 2, 8))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from sb3_contrib.common.maskable.distributions import MaskableDistribution, make_masked_proba_distribution
+from sb3_contrib.common.recurrent.policies import (
+    RecurrentActorCriticCnnPolicy,
+    RecurrentActorCriticPolicy,
+    RecurrentMultiInputActorCriticPolicy,
+)
+from sb3_contrib.common.recurrent.type_aliases import RNNStates
+from stable_baselines3.common.distributions import Distribution
+
+MaybeMasks = np.ndarray | th.Tensor | None
+
+
+def masked_distribution(
+    distribution: MaskableDistribution, action_logits: th.Tensor, action_masks: MaybeMasks
+) -> MaskableDistribution:
+    """The action distribution of ``action_logits`` with the illegal actions masked out (the one place masking
+    happens, so that another masked distribution can replace sb3-contrib's here).
+
+    :param distribution: sb3-contrib's masked distribution for the action space (reused, as sb3-contrib does).
+    :param action_logits: the action net's output, shape ``(batch, sum of the action dims)``.
+    :param action_masks: bool (or 0/1) masks, any shape with ``batch * sum of the action dims`` elements; True is
+        legal.
+    :return: ``distribution``, holding the masked distribution over the batch.
+    """
+    distribution.proba_distribution(action_logits=action_logits)
+    distribution.apply_masking(action_masks)
+    return distribution
+
+
+class MaskableRecurrentActorCriticPolicy(RecurrentActorCriticPolicy):
+    """sb3-contrib's ``RecurrentActorCriticPolicy`` (``MlpLstmPolicy``) that masks its action distribution.
+
+    Takes sb3-contrib's arguments unchanged (``lstm_hidden_size``, ``n_lstm_layers``, ``shared_lstm``,
+    ``enable_critic_lstm``, ...). Masks apply to ``Discrete`` and ``MultiDiscrete`` action spaces.
+
+    :param args: positional arguments of ``RecurrentActorCriticPolicy``.
+    :param kwargs: keyword arguments of ``RecurrentActorCriticPolicy``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        maskable = isinstance(self.action_space, spaces.Discrete | spaces.MultiDiscrete)
+        self.masked_action_dist = make_masked_proba_distribution(self.action_space) if maskable else None
+        #: Called for the masks when ``forward`` or ``evaluate_actions`` is given none (None: no masks).
+        self.mask_source: Callable[[], MaybeMasks] | None = None
+        self._action_masks: MaybeMasks = None
+
+    @contextmanager
+    def _masked(self, action_masks: MaybeMasks, from_source: bool = False) -> Iterator[None]:
+        # Masks given here, else those of an enclosing call (predict -> get_distribution), else mask_source's.
+        if action_masks is None:
+            action_masks = self._action_masks
+        if action_masks is None and from_source and self.mask_source is not None:
+            action_masks = self.mask_source()
+        if action_masks is not None and self.masked_action_dist is None:
+            raise ValueError(f"action masks need a Discrete or MultiDiscrete action space, not {self.action_space}")
+        previous, self._action_masks = self._action_masks, action_masks
+        try:
+            yield
+        finally:
+            self._action_masks = previous
+
+    def _get_action_dist_from_latent(self, latent_pi: th.Tensor) -> Distribution:
+        # The hook every method below reaches after the LSTM: the masked distribution when masks are set.
+        if self._action_masks is None or self.masked_action_dist is None:
+            return super()._get_action_dist_from_latent(latent_pi)
+        return masked_distribution(self.masked_action_dist, self.action_net(latent_pi), self._action_masks)
+
+    def forward(  # type: ignore[override]
+        self,
+        obs: th.Tensor,
+        lstm_states: RNNStates,
+        episode_starts: th.Tensor,
+        deterministic: bool = False,
+        action_masks: MaybeMasks = None,
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, RNNStates]:
+        """sb3-contrib's ``forward`` with masks: actions, values, log-probs and the next LSTM states.
+
+        :param obs: observations, shape ``(n_envs, *obs_shape)``.
+        :param lstm_states: the LSTM states, each ``(n_lstm_layers, n_envs, lstm_hidden_size)``.
+        :param episode_starts: 1.0 where an episode starts, shape ``(n_envs,)``.
+        :param deterministic: take the most likely legal action.
+        :param action_masks: masks, shape ``(n_envs, sum of the action dims)``; None: ``mask_source``'s.
+        :return: actions ``(n_envs, *action_shape)``, values ``(n_envs, 1)``, log-probs ``(n_envs,)``, states.
+        """
+        with self._masked(action_masks, from_source=True):
+            return super().forward(obs, lstm_states, episode_starts, deterministic)
+
+    def evaluate_actions(  # type: ignore[override]
+        self,
+        obs: th.Tensor,
+        actions: th.Tensor,
+        lstm_states: RNNStates,
+        episode_starts: th.Tensor,
+        action_masks: MaybeMasks = None,
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+        """sb3-contrib's ``evaluate_actions`` with masks: values, log-probs and entropies of ``actions``.
+
+        :param obs: padded sequences, shape ``(n_seq * max_length, *obs_shape)``.
+        :param actions: the actions, shape ``(n_seq * max_length,)`` (Discrete) or ``(..., n_dims)``.
+        :param lstm_states: the states at each sequence's start, each ``(n_lstm_layers, n_seq, hidden)``.
+        :param episode_starts: 1.0 where an episode starts, shape ``(n_seq * max_length,)``.
+        :param action_masks: masks, shape ``(n_seq * max_length, sum of the action dims)``; None:
+            ``mask_source``'s.
+        :return: values ``(batch, 1)``, log-probs ``(batch,)``, entropies ``(batch,)``.
+        """
+        with self._masked(action_masks, from_source=True):
+            return super().evaluate_actions(obs, actions, lstm_states, episode_starts)
+
+    def get_distribution(  # type: ignore[override]
+        self,
+        obs: th.Tensor,
+        lstm_states: tuple[th.Tensor, th.Tensor],
+        episode_starts: th.Tensor,
+        action_masks: MaybeMasks = None,
+    ) -> tuple[Distribution, tuple[th.Tensor, ...]]:
+        """sb3-contrib's ``get_distribution`` with masks: the actor's distribution and next LSTM state.
+
+        :param obs: observations, shape ``(n_envs, *obs_shape)``.
+        :param lstm_states: the actor's LSTM state, each ``(n_lstm_layers, n_envs, lstm_hidden_size)``.
+        :param episode_starts: 1.0 where an episode starts, shape ``(n_envs,)``.
+        :param action_masks: masks, shape ``(n_envs, sum of the action dims)``, or None.
+        :return: the distribution and the actor's next LSTM state.
+        """
+        with self._masked(action_masks):
+            return super().get_distribution(obs, lstm_states, episode_starts)
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: MaybeMasks = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """sb3-contrib's recurrent ``predict`` with masks.
+
+        :param observation: observations, shape ``(n_envs, *obs_shape)`` or one ``obs_shape``.
+        :param state: the LSTM state ``predict`` returned last, each ``(n_lstm_layers, n_envs, hidden)``.
+        :param episode_start: True where an episode starts, shape ``(n_envs,)``.
+        :param deterministic: take the most likely legal action.
+        :param action_masks: masks, shape ``(n_envs, sum of the action dims)``, or None.
+        :return: the actions and the next LSTM state.
+        """
+        with self._masked(action_masks):
+            return super().predict(observation, state, episode_start, deterministic)
+
+
+class MaskableRecurrentActorCriticCnnPolicy(MaskableRecurrentActorCriticPolicy, RecurrentActorCriticCnnPolicy):
+    """sb3-contrib's ``CnnLstmPolicy`` that masks its action distribution.
+
+    :param args: positional arguments of ``RecurrentActorCriticCnnPolicy``.
+    :param kwargs: keyword arguments of ``RecurrentActorCriticCnnPolicy``.
+    """
+
+
+class MaskableRecurrentMultiInputActorCriticPolicy(
+    MaskableRecurrentActorCriticPolicy, RecurrentMultiInputActorCriticPolicy
+):
+    """sb3-contrib's ``MultiInputLstmPolicy`` that masks its action distribution.
+
+    :param args: positional arguments of ``RecurrentMultiInputActorCriticPolicy``.
+    :param kwargs: keyword arguments of ``RecurrentMultiInputActorCriticPolicy``.
+    """
