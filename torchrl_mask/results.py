@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -21,6 +22,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.monitor import load_results
 
 from torchrl_mask.masks import mask_spec
+from torchrl_mask.ppo import UnmaskedPredictWarning
 
 __all__ = ["evaluate", "learning_curve", "plot"]
 
@@ -66,14 +68,17 @@ def evaluate(model: Any, make_env: Callable[[], gym.Env], episodes: int, seed: i
     for name, (player, use_masking) in players.items():
         env = make_vec_env(make_env, n_envs=1, seed=seed + EVAL_SEED_OFFSET)
         try:
-            returns, _ = evaluate_policy(
-                cast(Any, player),
-                env,
-                n_eval_episodes=episodes,
-                deterministic=True,
-                return_episode_rewards=True,
-                use_masking=use_masking,
-            )
+            with warnings.catch_warnings():
+                if not use_masking:  # unmasked on purpose: the warning for users who forget masks is noise here
+                    warnings.simplefilter("ignore", UnmaskedPredictWarning)
+                returns, _ = evaluate_policy(
+                    cast(Any, player),
+                    env,
+                    n_eval_episodes=episodes,
+                    deterministic=True,
+                    return_episode_rewards=True,
+                    use_masking=use_masking,
+                )
         except Exception as err:  # the env's own error: reported, the model is already saved
             results[name] = {"error": f"{type(err).__name__}: {' '.join(str(err).split())}"}
             continue
