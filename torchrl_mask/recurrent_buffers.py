@@ -85,156 +85,90 @@ def mask_dims(action_space: spaces.Space) -> int:
 
 
 class _MaskStore:
-    """The mask array the two buffers share; kept apart from their sb3-contrib bases."""
+    """What the two buffers add to their sb3-contrib bases, written once: the mask array, ``add``'s
+    ``action_masks=``, and the masks of each minibatch. A buffer names its samples type; the rest is its base's.
+
+    :param buffer_size: steps per env in a rollout.
+    :param observation_space: the observation space.
+    :param action_space: the action space.
+    :param hidden_state_shape: ``(n_steps, n_lstm_layers, n_envs, lstm_hidden_size)``.
+    :param device: where the minibatches' tensors go.
+    :param gae_lambda: GAE's lambda.
+    :param gamma: the discount factor.
+    :param n_envs: envs stepped together.
+    """
 
     buffer_size: int
     n_envs: int
-    mask_dims: int
     pos: int
+    generator_ready: bool
     action_masks: np.ndarray
-    mask_source: Callable[[], Any] | None
+    _samples_type: Any
     #: The masks of the minibatch ``get`` yielded last, shape ``(n_seq * max_length, mask_dims)``.
     last_action_masks: th.Tensor | None = None
 
-    def _reset_masks(self) -> None:
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        hidden_state_shape: tuple[int, int, int, int],
+        device: th.device | str = "auto",
+        gae_lambda: float = 1,
+        gamma: float = 0.99,
+        n_envs: int = 1,
+    ) -> None:
+        #: Called for a step's masks when ``add`` is given none (None: all actions legal).
+        self.mask_source: Callable[[], Any] | None = None
+        self.mask_dims = mask_dims(action_space)
+        super().__init__(  # type: ignore[call-arg]
+            buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs
+        )
+
+    def reset(self) -> None:
+        """Empty the buffer; every action legal until ``add`` says otherwise."""
+        super().reset()  # type: ignore[misc]
         self.action_masks = np.ones((self.buffer_size, self.n_envs, self.mask_dims), dtype=np.float32)
 
-    def _store_masks(self, action_masks: np.ndarray | None) -> None:
+    def add(self, *args: Any, action_masks: np.ndarray | None = None, **kwargs: Any) -> None:
+        """sb3-contrib's ``add``, with the step's masks.
+
+        :param args: ``obs, action, reward, episode_start, value, log_prob`` as sb3-contrib's buffer takes them.
+        :param action_masks: masks, shape ``(n_envs, mask_dims)``; None: ``mask_source``'s, or all legal.
+        :param kwargs: ``lstm_states=`` (required) and the rest of sb3-contrib's keyword arguments.
+        """
         if action_masks is None and self.mask_source is not None:
             action_masks = self.mask_source()
         if action_masks is not None:
             self.action_masks[self.pos] = np.asarray(action_masks).reshape((self.n_envs, self.mask_dims))
+        super().add(*args, **kwargs)  # type: ignore[misc]
 
-
-class MaskableRecurrentRolloutBuffer(_MaskStore, RecurrentRolloutBuffer):
-    """sb3-contrib's ``RecurrentRolloutBuffer`` with the action masks of every step.
-
-    :param buffer_size: steps per env in a rollout.
-    :param observation_space: the observation space.
-    :param action_space: the action space.
-    :param hidden_state_shape: ``(n_steps, n_lstm_layers, n_envs, lstm_hidden_size)``.
-    :param device: where the minibatches' tensors go.
-    :param gae_lambda: GAE's lambda.
-    :param gamma: the discount factor.
-    :param n_envs: envs stepped together.
-    """
-
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        hidden_state_shape: tuple[int, int, int, int],
-        device: th.device | str = "auto",
-        gae_lambda: float = 1,
-        gamma: float = 0.99,
-        n_envs: int = 1,
-    ) -> None:
-        #: Called for a step's masks when ``add`` is given none (None: all actions legal).
-        self.mask_source = None
-        self.mask_dims = mask_dims(action_space)
-        super().__init__(
-            buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs
-        )
-
-    def reset(self) -> None:
-        """Empty the buffer; every action legal until ``add`` says otherwise."""
-        super().reset()
-        self._reset_masks()
-
-    def add(self, *args: Any, action_masks: np.ndarray | None = None, **kwargs: Any) -> None:
-        """sb3-contrib's ``add``, with the step's masks.
-
-        :param args: ``obs, action, reward, episode_start, value, log_prob`` as sb3-contrib's buffer takes them.
-        :param action_masks: masks, shape ``(n_envs, mask_dims)``; None: ``mask_source``'s, or all legal.
-        :param kwargs: ``lstm_states=`` (required) and the rest of sb3-contrib's keyword arguments.
-        """
-        self._store_masks(action_masks)
-        super().add(*args, **kwargs)
-
-    def get(  # type: ignore[override]
-        self, batch_size: int | None = None
-    ) -> Generator[MaskableRecurrentRolloutBufferSamples, None, None]:
+    def get(self, batch_size: int | None = None) -> Generator[Any, None, None]:
         """sb3-contrib's minibatches of whole sequences, each with its ``action_masks``.
 
         :param batch_size: steps per minibatch before padding; None: the whole rollout.
-        :return: a generator of :class:`MaskableRecurrentRolloutBufferSamples`.
+        :return: a generator of the buffer's samples namedtuples.
         """
         if not self.generator_ready:
-            self.action_masks = self.swap_and_flatten(self.action_masks)
+            self.action_masks = self.swap_and_flatten(self.action_masks)  # type: ignore[attr-defined]
         yield from super().get(batch_size)  # type: ignore[misc]
 
-    def _get_samples(  # type: ignore[override]
-        self, batch_inds: np.ndarray, env_change: np.ndarray, env: VecNormalize | None = None
-    ) -> MaskableRecurrentRolloutBufferSamples:
-        samples = super()._get_samples(batch_inds, env_change, env)
-        masks = self.pad(self.action_masks[batch_inds], padding_value=1.0).reshape((-1, self.mask_dims))
-        self.last_action_masks = masks
-        return MaskableRecurrentRolloutBufferSamples(*samples, action_masks=masks)
+    def _get_samples(self, batch_inds: np.ndarray, env_change: np.ndarray, env: VecNormalize | None = None) -> Any:
+        samples = super()._get_samples(batch_inds, env_change, env)  # type: ignore[misc]
+        masks = self.pad(self.action_masks[batch_inds], padding_value=1.0)  # type: ignore[attr-defined]
+        self.last_action_masks = masks.reshape((-1, self.mask_dims))
+        return self._samples_type(*samples, action_masks=self.last_action_masks)
 
 
-class MaskableRecurrentDictRolloutBuffer(_MaskStore, RecurrentDictRolloutBuffer):
-    """sb3-contrib's ``RecurrentDictRolloutBuffer`` with the action masks of every step.
+class MaskableRecurrentRolloutBuffer(_MaskStore, RecurrentRolloutBuffer):  # type: ignore[misc]
+    """sb3-contrib's ``RecurrentRolloutBuffer`` with the action masks of every step; ``get`` yields
+    :class:`MaskableRecurrentRolloutBufferSamples`. Arguments: sb3-contrib's (see ``_MaskStore``)."""
 
-    :param buffer_size: steps per env in a rollout.
-    :param observation_space: the observation space.
-    :param action_space: the action space.
-    :param hidden_state_shape: ``(n_steps, n_lstm_layers, n_envs, lstm_hidden_size)``.
-    :param device: where the minibatches' tensors go.
-    :param gae_lambda: GAE's lambda.
-    :param gamma: the discount factor.
-    :param n_envs: envs stepped together.
-    """
+    _samples_type = MaskableRecurrentRolloutBufferSamples
 
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        hidden_state_shape: tuple[int, int, int, int],
-        device: th.device | str = "auto",
-        gae_lambda: float = 1,
-        gamma: float = 0.99,
-        n_envs: int = 1,
-    ) -> None:
-        #: Called for a step's masks when ``add`` is given none (None: all actions legal).
-        self.mask_source = None
-        self.mask_dims = mask_dims(action_space)
-        super().__init__(
-            buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs
-        )
 
-    def reset(self) -> None:
-        """Empty the buffer; every action legal until ``add`` says otherwise."""
-        super().reset()
-        self._reset_masks()
+class MaskableRecurrentDictRolloutBuffer(_MaskStore, RecurrentDictRolloutBuffer):  # type: ignore[misc]
+    """sb3-contrib's ``RecurrentDictRolloutBuffer`` with the action masks of every step; ``get`` yields
+    :class:`MaskableRecurrentDictRolloutBufferSamples`. Arguments: sb3-contrib's (see ``_MaskStore``)."""
 
-    def add(self, *args: Any, action_masks: np.ndarray | None = None, **kwargs: Any) -> None:
-        """sb3-contrib's ``add``, with the step's masks.
-
-        :param args: ``obs, action, reward, episode_start, value, log_prob`` as sb3-contrib's buffer takes them.
-        :param action_masks: masks, shape ``(n_envs, mask_dims)``; None: ``mask_source``'s, or all legal.
-        :param kwargs: ``lstm_states=`` (required) and the rest of sb3-contrib's keyword arguments.
-        """
-        self._store_masks(action_masks)
-        super().add(*args, **kwargs)
-
-    def get(  # type: ignore[override]
-        self, batch_size: int | None = None
-    ) -> Generator[MaskableRecurrentDictRolloutBufferSamples, None, None]:
-        """sb3-contrib's minibatches of whole sequences, each with its ``action_masks``.
-
-        :param batch_size: steps per minibatch before padding; None: the whole rollout.
-        :return: a generator of :class:`MaskableRecurrentDictRolloutBufferSamples`.
-        """
-        if not self.generator_ready:
-            self.action_masks = self.swap_and_flatten(self.action_masks)
-        yield from super().get(batch_size)  # type: ignore[misc]
-
-    def _get_samples(  # type: ignore[override]
-        self, batch_inds: np.ndarray, env_change: np.ndarray, env: VecNormalize | None = None
-    ) -> MaskableRecurrentDictRolloutBufferSamples:
-        samples = super()._get_samples(batch_inds, env_change, env)
-        masks = self.pad(self.action_masks[batch_inds], padding_value=1.0).reshape((-1, self.mask_dims))
-        self.last_action_masks = masks
-        return MaskableRecurrentDictRolloutBufferSamples(*samples, action_masks=masks)
+    _samples_type = MaskableRecurrentDictRolloutBufferSamples
