@@ -125,7 +125,8 @@ class MaskablePPO(_SB3ContribMaskablePPO):
             warnings.warn(
                 "predict() without action_masks on an env that has masks draws from every action, illegal ones "
                 "too. Pass action_masks=get_action_masks(env) (sb3_contrib.common.maskable.utils), and evaluate "
-                "with sb3-contrib's evaluate_policy (sb3_contrib.common.maskable.evaluation), not SB3's.",
+                "with sb3-contrib's evaluate_policy (sb3_contrib.common.maskable.evaluation) and use_masking=True, "
+                "not SB3's.",
                 UnmaskedPredictWarning,
                 stacklevel=2,
             )
