@@ -1,9 +1,10 @@
 """Per-call costs behind choices in the code: ``python benchmarks/bench_calls.py``.
 
 Prints microseconds per call (best of 5 repeats of 20000 calls, one torch thread) of the two ways to do each of:
-float32 masks from a ``(64, 128)`` bool minibatch (``torchrl_mask.sb3_arrays.float_masks``), and one step's write
-of 8 envs into a ``(8, 2048, 8)`` float32 leaf (``torchrl_mask.tensordict_rollout.TensorDictRollout.write_step``).
-Figures go to docs/benchmarks.md, section "Why the code does it this way".
+float32 masks from a ``(64, 128)`` bool minibatch (``torchrl_mask.rollout.sb3_arrays.float_masks``), and one step's
+write of 8 envs into a ``(8, 2048, 8)`` float32 leaf
+(``torchrl_mask.rollout.tensordict_rollout.TensorDictRollout.write_step``). Figures go to docs/benchmarks.md, section
+"Why the code does it this way".
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Where ``get()`` should gather a leaf once per epoch and where per minibatch: ``python benchmarks/bench_gather.py``.
 
-Times both of :mod:`torchrl_mask.minibatches`' host gathers on one uint8 leaf of 16384 rows, for minibatch
+Times both of :mod:`torchrl_mask.rollout.minibatches`' host gathers on one uint8 leaf of 16384 rows, for minibatch
 slices of 4 KiB to 4 MiB, and prints microseconds per minibatch (medians of 15 epochs, the two alternating).
-The crossover is what :data:`torchrl_mask.minibatches.PER_EPOCH_SLICE_BYTES` is set from.
+The crossover is what :data:`torchrl_mask.rollout.minibatches.PER_EPOCH_SLICE_BYTES` is set from.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 import numpy as np
 import torch
 
-from torchrl_mask.minibatches import _HostGather
+from torchrl_mask.rollout.minibatches import _HostGather
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ from torchrl.envs import Compose, InitTracker, RenameTransform, SerialEnv, Trans
 from torchrl.envs.custom import TicTacToeEnv
 
 from torchrl_mask import masked_gym_env
-from torchrl_mask.masks import mask_spec
+from torchrl_mask.rollout.masks import mask_spec
 
 TAXI = "Taxi-v4"  # gymnasium 1.4 retired Taxi-v3; v4 keeps info["action_mask"]
 SMALL = {"net_arch": [16]}

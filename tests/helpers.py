@@ -10,7 +10,7 @@ from gymnasium import spaces
 from sb3_contrib.common.maskable import buffers as sb3c
 
 import torchrl_mask
-from torchrl_mask.masks import mask_spec
+from torchrl_mask.rollout.masks import mask_spec
 
 OBS_SPACES: dict[str, spaces.Space] = {
     "box": spaces.Box(-2.0, 2.0, (3,), np.float32),

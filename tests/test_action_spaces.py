@@ -16,8 +16,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from tensordict import TensorDict
 
 from torchrl_mask import MaskablePolicyModule, MaskablePPO
-from torchrl_mask.masks import mask_spec
-from torchrl_mask.rollouts import fast_rollout
+from torchrl_mask.algorithms.vecenv_source import fast_rollout
+from torchrl_mask.rollout.masks import mask_spec
 
 SPACES = {
     "discrete-4096": spaces.Discrete(4096),

@@ -1,4 +1,4 @@
-"""torchrl_mask.adam: the flat step learns torch's Adam parameters and state bit for bit, and stands aside
+"""torchrl_mask.fastpath.adam: the flat step learns torch's Adam parameters and state bit for bit, and stands aside
 wherever it would not.
 
 The reference is ``torch.optim.Adam`` with ``foreach=False``: the single-tensor step sb3-contrib's ``train()``
@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from torchrl_mask.adam import FlatAdamStep, fast_adam
+from torchrl_mask.fastpath.adam import FlatAdamStep, fast_adam
 
 SHAPES = [(16, 5), (16,), (7, 16), (7,), (1, 16), (1,), (3,), (40, 33)]
 

@@ -15,9 +15,9 @@ from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 from torchrl.objectives.value import functional as torchrl_functional
 
-import torchrl_mask.advantage
+import torchrl_mask.rollout.advantage
 from torchrl_mask import MaskableRolloutBuffer
-from torchrl_mask.advantage import bootstrap_inputs, check_gae_method, generalized_advantage
+from torchrl_mask.rollout.advantage import bootstrap_inputs, check_gae_method, generalized_advantage
 
 
 @pytest.mark.parametrize("method", ["loop", "vec"])
@@ -136,14 +136,14 @@ def test_gae_with_a_wrong_number_of_last_values_or_dones_raises_and_writes_nothi
 
 
 def test_torchrls_function_is_what_the_buffer_calls_by_default_and_it_gives_sb3_contribs_bits(monkeypatch):
-    # Wrapped where torchrl_mask.advantage looks it up: the default buffer must call it (once per rollout).
+    # Wrapped where torchrl_mask.rollout.advantage looks it up: the default buffer must call it (once per rollout).
     calls = []
 
     def spy(*args, **kwargs):
         calls.append(args[2].shape)
         return torchrl_functional.generalized_advantage_estimate(*args, **kwargs)
 
-    monkeypatch.setattr(torchrl_mask.advantage, "generalized_advantage_estimate", spy)
+    monkeypatch.setattr(torchrl_mask.rollout.advantage, "generalized_advantage_estimate", spy)
     ref, ours = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], 50, 3, 0.99, 0.95)
     assert ours.gae_method == "loop"
     fill_pair(ref, ours, seed=4)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from torchrl_mask import benchmark
-from torchrl_mask import benchmark_grid as grid
-from torchrl_mask import benchmark_report as report
+from torchrl_mask.bench import buffers as benchmark
+from torchrl_mask.bench import grid as grid
+from torchrl_mask.bench import report as report
 
 
 def test_quick_grid_reports_both_libraries_every_phase_and_the_worst_cell(capsys, tmp_path):

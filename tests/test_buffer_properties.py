@@ -16,7 +16,7 @@ from helpers import ACTION_SPACES, OBS_SPACES, assert_same_epochs, make_pair, ra
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
-from torchrl_mask.masks import mask_spec
+from torchrl_mask.rollout.masks import mask_spec
 
 SB3_FIELDS = ("actions", "rewards", "episode_starts", "values", "log_probs", "action_masks")
 

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from torchrl_mask import MaskablePPO
-from torchrl_mask.run_folder import LOCK
+from torchrl_mask.app.run_folder import LOCK
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--steps", "256", "--hyperparams", "n_envs=2", "n_steps=64", "--eval-episodes", "1", "--no-progress"]

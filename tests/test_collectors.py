@@ -50,7 +50,7 @@ from torchrl_mask import (
     learn_from_collector,
     masked_gym_env,
 )
-from torchrl_mask.workers import shutdown
+from torchrl_mask.torchrl.workers import shutdown
 
 
 class PolicyWasTrained(BaseCallback):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from torchrl_mask.config import UsageError, check_hyperparams, check_minibatches, load_conf_file, parse_hyperparam
+from torchrl_mask.app.config import UsageError, check_hyperparams, check_minibatches, load_conf_file, parse_hyperparam
 
 
 @pytest.mark.parametrize(

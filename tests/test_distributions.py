@@ -116,4 +116,3 @@ def test_nan_logits_raise_instead_of_sampling() -> None:
 def test_a_sub_action_without_choices_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one choice"):
         MaskedCategoricals([3, 0])
-

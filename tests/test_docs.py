@@ -26,54 +26,44 @@ from PIL import Image
 import torchrl_mask
 
 REPO = Path(__file__).resolve().parents[1]
-MODULES = sorted(path.stem for path in (REPO / "torchrl_mask").glob("*.py") if not path.stem.startswith("_"))
-# How the package works inside: documented, but in the nav's "Developer reference", apart from the API.
-DEVELOPER_MODULES = {
-    "adam",
-    "benchmark",
-    "benchmark_grid",
-    "benchmark_learn",
-    "benchmark_spaces",
-    "benchmark_report",
-    "batches",
-    "cli",
-    "config",
-    "collector_source",
-    "evaluation",
-    "hyperparams",
-    "minibatches",
-    "masked_env",
-    "observations",
-    "results",
-    "tensordict_rollout",
-    "rollouts",
-    "run_folder",
-    "sb3_arrays",
-    "steps",
-    "stock",
-    "training",
-    "workers",
-}
+# Every module as its dotted path below the package ("rollout.buffers", "distributions"), and the package's folders.
+MODULES = sorted(
+    ".".join(path.relative_to(REPO / "torchrl_mask").with_suffix("").parts)
+    for path in (REPO / "torchrl_mask").rglob("*.py")
+    if not path.name.startswith("_")
+)
+FOLDERS = sorted(path.parent.name for path in (REPO / "torchrl_mask").glob("*/__init__.py"))
 TUTORIALS = sorted((REPO / "tutorials").glob("*.ipynb"))
 # Words about how the project is run, not about the package; a reader has no use for them.
 INTERNAL = re.compile(r"\b(issue|helper|coordinator|TODO|brief)\b|performance goal|the goals?\b", re.IGNORECASE)
 
 
-def _nav_pages(section: str) -> list[str]:
-    nav = load_config(str(REPO / "mkdocs.yml"))["nav"]
-    (entries,) = [item[section] for item in nav if isinstance(item, dict) and section in item]
+def _nav_pages(*sections: str) -> list[str]:
+    """The pages listed in the nav under ``sections`` (one section, or a section and its sub-section)."""
+    entries: Any = load_config(str(REPO / "mkdocs.yml"))["nav"]
+    for section in sections:
+        (entries,) = [item[section] for item in entries if isinstance(item, dict) and section in item]
     return [entry if isinstance(entry, str) else next(iter(entry.values())) for entry in entries]
 
 
-def test_every_module_has_an_api_page_in_its_nav_section() -> None:
-    api, developer = _nav_pages("API reference"), _nav_pages("Developer reference")
+def test_every_module_has_an_api_page_in_its_folders_nav_section() -> None:
     for module in MODULES:
-        page = REPO / "docs" / "reference" / f"{module}.md"
+        path = module.replace(".", "/")
+        page = REPO / "docs" / "reference" / f"{path}.md"
         first = page.read_text().splitlines()[0]
         assert first == f"::: torchrl_mask.{module}", f"{page} should render torchrl_mask.{module}"
-        section = developer if module in DEVELOPER_MODULES else api
-        assert f"reference/{module}.md" in section, f"reference/{module}.md is missing from its nav section"
-    assert not set(api) & set(developer)
+        folder = module.split(".")[0] if "." in module else None
+        section = _nav_pages("API reference", f"torchrl_mask.{folder}") if folder else _nav_pages("API reference")
+        assert f"reference/{path}.md" in section, f"reference/{path}.md is missing from its folder's nav section"
+
+
+def test_every_folder_has_a_page_saying_what_lives_there_and_what_it_may_import() -> None:
+    for folder in FOLDERS:
+        package = importlib.import_module(f"torchrl_mask.{folder}")
+        assert package.__doc__ and "May import" in package.__doc__, f"torchrl_mask.{folder} lacks its docstring"
+        page = REPO / "docs" / "reference" / folder / "index.md"
+        assert page.read_text().splitlines()[0] == f"::: torchrl_mask.{folder}"
+        assert f"reference/{folder}/index.md" in _nav_pages("API reference", f"torchrl_mask.{folder}")
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -148,18 +138,20 @@ def test_mkdocs_strict_build_renders_the_api_and_the_executed_tutorials(tmp_path
         },
     )
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-5000:]
-    page = (site / "reference" / "buffers" / "index.html").read_text()
+    page = (site / "reference" / "rollout" / "buffers" / "index.html").read_text()
     for text in ("MaskableDictRolloutBuffer", "Parameters:", "Raises:", "Source code in", "buffer_size"):
         assert text in page, text
     assert ":class:" not in page.split("Source code in")[0]  # Sphinx roles are rendered, not shown raw
     assert "MaskableDictRolloutBufferSamples" in page and "old_log_prob" in page  # the minibatch fields
-    ppo = (site / "reference" / "ppo" / "index.html").read_text()
+    ppo = (site / "reference" / "algorithms" / "ppo" / "index.html").read_text()
     for method in ("learn", "predict", "save", "load"):  # inherited from sb3-contrib and SB3, shown on the page
-        assert f'id="torchrl_mask.ppo.MaskablePPO.{method}"' in ppo, method
+        assert f'id="torchrl_mask.algorithms.ppo.MaskablePPO.{method}"' in ppo, method
     assert "n_steps" in _text(ppo.split('id="constructor-parameters')[1])  # sb3-contrib's parameter list
     assert 'href="https://sb3-contrib.readthedocs.io/' in ppo
-    collectors = (site / "reference" / "collectors" / "index.html").read_text()
-    learn = _text(collectors.split('id="torchrl_mask.collectors.learn_from_collector"')[1].split("Source code in")[0])
+    collectors = (site / "reference" / "algorithms" / "collectors" / "index.html").read_text()
+    learn = _text(
+        collectors.split('id="torchrl_mask.algorithms.collectors.learn_from_collector"')[1].split("Source code in")[0]
+    )
     assert ".. code-block::" not in learn  # directives become code blocks
     assert learn.index("Worker processes on this machine") < learn.index("Raises:")  # examples stay above fields
     how = (site / "how-it-works" / "index.html").read_text()
@@ -284,7 +276,7 @@ def _buffers(obs_space: spaces.Space, act_space: spaces.Space, convention: str) 
 
 def _allowed_actions(act_space: spaces.Space, masks: np.ndarray) -> np.ndarray:
     """Each env's first choice its mask allows in every sub-action group (value checks refuse the others)."""
-    from torchrl_mask.masks import mask_spec
+    from torchrl_mask.rollout.masks import mask_spec
 
     bounds = np.cumsum((0, *mask_spec(act_space).groups))
     return np.array([[int(np.argmax(row[a:b])) for a, b in itertools.pairwise(bounds)] for row in masks])

@@ -1,4 +1,4 @@
-"""The masked TorchRL envs (torchrl_mask.envs): every mask convention of a real gymnasium env read as a
+"""The masked TorchRL envs (torchrl_mask.torchrl.envs): every mask convention of a real gymnasium env read as a
 flat bool ``"action_mask"`` entry."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""torchrl_mask.evaluation: the inlined ``evaluate_actions`` gives sb3-contrib's numbers bit for bit.
+"""torchrl_mask.fastpath.evaluation: the inlined ``evaluate_actions`` gives sb3-contrib's numbers bit for bit.
 
 Each case compares the policy's own ``evaluate_actions`` (sb3-contrib's, with ``torch.distributions`` objects)
 with the inlined one on the same parameters and minibatch: outputs and every parameter's gradient must be equal
@@ -20,8 +20,8 @@ from stable_baselines3.common.utils import obs_as_tensor
 
 from tests.helpers import random_masks, random_obs
 from torchrl_mask import MaskablePPO
-from torchrl_mask.evaluation import evaluate_actions, fast_train
-from torchrl_mask.masks import mask_spec
+from torchrl_mask.fastpath.evaluation import evaluate_actions, fast_train
+from torchrl_mask.rollout.masks import mask_spec
 
 ACTION_SPACES = {
     "discrete": spaces.Discrete(7),
@@ -183,7 +183,7 @@ def test_anything_but_a_stock_unhooked_policy_runs_sb3_contribs_evaluate_actions
 
 
 def test_learn_with_a_multi_input_policy_runs_the_inlined_evaluation(monkeypatch: pytest.MonkeyPatch) -> None:
-    import torchrl_mask.evaluation as evaluation
+    import torchrl_mask.fastpath.evaluation as evaluation
 
     calls = []
     real = evaluation.evaluate_actions

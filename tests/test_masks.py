@@ -7,7 +7,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from torchrl_mask.masks import mask_spec
+from torchrl_mask.rollout.masks import mask_spec
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from torchrl_mask import (
     learn_from_collector,
     masked_gym_env,
 )
-from torchrl_mask.nested import FlattenNestedDict, flatten_nested_env, flatten_observation, flatten_space
+from torchrl_mask.torchrl.nested import FlattenNestedDict, flatten_nested_env, flatten_observation, flatten_space
 
 CELLS = 5
 SETTINGS: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""The SB3 policy as a TorchRL policy (torchrl_mask.policy.MaskablePolicyModule): the same actions, values
+"""The SB3 policy as a TorchRL policy (torchrl_mask.torchrl.policy.MaskablePolicyModule): the same actions, values
 and log-probabilities as sb3-contrib's ``predict`` and masked distribution, hooks honoured."""
 
 from __future__ import annotations

@@ -379,7 +379,7 @@ def test_a_loaded_model_keeps_learning_the_same_parameters_in_either_library(tmp
 def test_predict_with_masks_only_picks_allowed_actions(action: str) -> None:
     env = make_venv(action, "box", n_envs=4)
     model = MaskablePPO("MlpPolicy", env, n_steps=16, seed=0, policy_kwargs=TINY_MLP)
-    spec = torchrl_mask.masks.mask_spec(env.action_space)
+    spec = torchrl_mask.rollout.masks.mask_spec(env.action_space)
     offsets = np.cumsum((0, *spec.groups))[:-1]
     obs = env.reset()
     for step in range(30):
@@ -433,7 +433,7 @@ def test_predict_without_masks_reads_the_dict_observations_mask_entry() -> None:
 def test_predict_without_masks_on_a_masked_env_warns_that_illegal_actions_can_be_drawn() -> None:
     env = InvalidActionEnvDiscrete(dim=8, n_invalid_actions=5)
     model = MaskablePPO("MlpPolicy", env, n_steps=16, seed=0, policy_kwargs=TINY_MLP)
-    with pytest.warns(torchrl_mask.ppo.UnmaskedPredictWarning, match="get_action_masks"):
+    with pytest.warns(torchrl_mask.algorithms.ppo.UnmaskedPredictWarning, match="get_action_masks"):
         model.predict(env.reset(seed=0)[0])
 
 

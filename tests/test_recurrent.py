@@ -19,7 +19,7 @@ from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.env_util import make_vec_env
 
 from torchrl_mask import MaskablePPO, MaskableRecurrentPPO
-from torchrl_mask.recurrent_buffers import MaskableRecurrentDictRolloutBuffer, MaskableRecurrentRolloutBuffer
+from torchrl_mask.rollout.recurrent_buffers import MaskableRecurrentDictRolloutBuffer, MaskableRecurrentRolloutBuffer
 
 N_STEPS, N_ENVS, BATCH, EPOCHS = 16, 2, 12, 2  # batch 12 of 32 steps: sequences split and padded
 
@@ -337,7 +337,7 @@ def test_a_memory_task_gated_by_masks_is_learned_with_the_lstm_and_not_without(s
 def test_the_policy_aliases_are_sb3_contribs_lstm_policies_with_masks() -> None:
     from sb3_contrib.ppo_recurrent import CnnLstmPolicy, MlpLstmPolicy, MultiInputLstmPolicy
 
-    from torchrl_mask.recurrent_policies import MaskableRecurrentActorCriticPolicy
+    from torchrl_mask.algorithms.recurrent_policies import MaskableRecurrentActorCriticPolicy
 
     for name, base in [("MlpLstmPolicy", MlpLstmPolicy), ("CnnLstmPolicy", CnnLstmPolicy)]:
         assert issubclass(MaskableRecurrentPPO.policy_aliases[name], base)

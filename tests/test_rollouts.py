@@ -25,8 +25,8 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from torchrl_mask import MaskableDictRolloutBuffer, MaskablePPO, MaskableRolloutBuffer
-from torchrl_mask import storage as st
-from torchrl_mask.rollouts import fast_rollout
+from torchrl_mask.algorithms.vecenv_source import fast_rollout
+from torchrl_mask.rollout import storage as st
 
 SB3ContribMaskablePPO = sb3_contrib.MaskablePPO
 SETTINGS: dict[str, Any] = {

@@ -69,7 +69,7 @@ def test_memmap_on_an_accelerator_or_unknown_storage_is_refused():
 @pytest.mark.parametrize("gather", ["numpy", "torch"])
 @pytest.mark.parametrize("leaf_bytes", [0, 1 << 40])
 def test_minibatches_are_identical_whichever_gather_path_is_taken(monkeypatch, tmp_path, leaf_bytes, gather, storage):
-    import torchrl_mask.minibatches as minibatches
+    import torchrl_mask.rollout.minibatches as minibatches
 
     monkeypatch.setattr(minibatches, "PER_EPOCH_SLICE_BYTES", leaf_bytes)
     ref, ours = make_pair(
@@ -85,7 +85,7 @@ def test_minibatches_are_identical_whichever_gather_path_is_taken(monkeypatch, t
 def test_a_minibatch_the_caller_dropped_is_freed_while_the_epoch_goes_on(monkeypatch, gather):
     import weakref
 
-    import torchrl_mask.minibatches as minibatches
+    import torchrl_mask.rollout.minibatches as minibatches
 
     monkeypatch.setattr(minibatches, "PER_EPOCH_SLICE_BYTES", 0)  # every leaf gathered per minibatch, as images are
     buf = MaskableDictRolloutBuffer(64, OBS_SPACES["dict"], ACTION_SPACES["discrete"], "cpu", n_envs=2)

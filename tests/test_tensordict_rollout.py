@@ -10,10 +10,10 @@ import torch
 from gymnasium import spaces
 from helpers import ACTION_SPACES, OBS_SPACES, random_step
 
-from torchrl_mask import storage as st
-from torchrl_mask.advantage import next_step
-from torchrl_mask.observations import DictLeaves, observation_layout
-from torchrl_mask.tensordict_rollout import TensorDictRollout
+from torchrl_mask.rollout import storage as st
+from torchrl_mask.rollout.advantage import next_step
+from torchrl_mask.rollout.observations import DictLeaves, observation_layout
+from torchrl_mask.rollout.tensordict_rollout import TensorDictRollout
 
 
 def _rollout(obs_space: spaces.Space, n_steps: int = 4, n_envs: int = 2) -> TensorDictRollout:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchrl_mask.config import TrainConfig
-from torchrl_mask.training import train
+from torchrl_mask.app.config import TrainConfig
+from torchrl_mask.app.training import train
 
 
 @pytest.mark.slow

@@ -15,35 +15,35 @@ from torchrl_mask._compat import check_versions
 check_versions()
 
 if TYPE_CHECKING:
-    from torchrl_mask.buffers import (
+    from torchrl_mask.algorithms.collectors import CollectorFailed, learn_from_collector
+    from torchrl_mask.algorithms.ppo import MaskablePPO
+    from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
+    from torchrl_mask.rollout.buffers import (
         MaskableDictRolloutBuffer,
         MaskableDictRolloutBufferSamples,
         MaskableRolloutBuffer,
         MaskableRolloutBufferSamples,
     )
-    from torchrl_mask.collectors import CollectorFailed, learn_from_collector
-    from torchrl_mask.envs import ActionMaskInInfo, ActionMaskInObservation, masked_gym_env
-    from torchrl_mask.nested import FlattenNestedDict
-    from torchrl_mask.policy import MaskablePolicyModule
-    from torchrl_mask.ppo import MaskablePPO
-    from torchrl_mask.recurrent_ppo import MaskableRecurrentPPO
+    from torchrl_mask.torchrl.envs import ActionMaskInInfo, ActionMaskInObservation, masked_gym_env
+    from torchrl_mask.torchrl.nested import FlattenNestedDict
+    from torchrl_mask.torchrl.policy import MaskablePolicyModule
 
 __version__ = "0.1.0"
 
 _HOMES = {
-    "MaskableDictRolloutBuffer": "torchrl_mask.buffers",
-    "MaskableDictRolloutBufferSamples": "torchrl_mask.buffers",
-    "MaskableRolloutBuffer": "torchrl_mask.buffers",
-    "MaskableRolloutBufferSamples": "torchrl_mask.buffers",
-    "MaskablePPO": "torchrl_mask.ppo",
-    "MaskableRecurrentPPO": "torchrl_mask.recurrent_ppo",
-    "ActionMaskInInfo": "torchrl_mask.envs",
-    "ActionMaskInObservation": "torchrl_mask.envs",
-    "CollectorFailed": "torchrl_mask.collectors",
-    "FlattenNestedDict": "torchrl_mask.nested",
-    "MaskablePolicyModule": "torchrl_mask.policy",
-    "learn_from_collector": "torchrl_mask.collectors",
-    "masked_gym_env": "torchrl_mask.envs",
+    "MaskableDictRolloutBuffer": "torchrl_mask.rollout.buffers",
+    "MaskableDictRolloutBufferSamples": "torchrl_mask.rollout.buffers",
+    "MaskableRolloutBuffer": "torchrl_mask.rollout.buffers",
+    "MaskableRolloutBufferSamples": "torchrl_mask.rollout.buffers",
+    "MaskablePPO": "torchrl_mask.algorithms.ppo",
+    "MaskableRecurrentPPO": "torchrl_mask.algorithms.recurrent_ppo",
+    "ActionMaskInInfo": "torchrl_mask.torchrl.envs",
+    "ActionMaskInObservation": "torchrl_mask.torchrl.envs",
+    "CollectorFailed": "torchrl_mask.algorithms.collectors",
+    "FlattenNestedDict": "torchrl_mask.torchrl.nested",
+    "MaskablePolicyModule": "torchrl_mask.torchrl.policy",
+    "learn_from_collector": "torchrl_mask.algorithms.collectors",
+    "masked_gym_env": "torchrl_mask.torchrl.envs",
 }
 
 __all__ = [

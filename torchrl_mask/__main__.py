@@ -2,6 +2,6 @@
 
 import sys
 
-from torchrl_mask.cli import main
+from torchrl_mask.app.cli import main
 
 sys.exit(main())

@@ -1,0 +1,208 @@
+"""The TorchRL collector as a rollout source of :meth:`MaskablePPO.collect_rollouts
+<torchrl_mask.MaskablePPO.collect_rollouts>`.
+
+``MaskablePPO.learn(total_timesteps, collector=collector)`` runs sb3-contrib's own ``learn`` loop; each of its
+``collect_rollouts`` calls takes one batch from the collector through :class:`CollectorRollout`:
+
+1. send the weights just trained to the collector's policy copies (``collector.update_policy_weights_()``);
+2. take the next batch, watched by :func:`~torchrl_mask.torchrl.workers.guarded` (a dead, raising or silent worker ends
+   in :class:`~torchrl_mask.torchrl.workers.CollectorFailed`);
+3. compute ``("next", "state_value")`` with the model's policy and fill the rollout buffer with
+   :meth:`~torchrl_mask.MaskableRolloutBuffer.extend` (GAE with TorchRL's truncation handling); the buffer is
+   re-made for the batch's shape ``(n_envs, T)`` on the first batch, so ``n_steps`` is the collector's ``T``;
+4. advance ``num_timesteps`` and call the callbacks once per collected step of all envs, with the locals SB3's
+   callbacks read (``dones``, ``infos``, ``rewards``, ...), and feed finished episodes (TorchRL's
+   ``("next", "episode_reward")`` and ``("next", "step_count")``) to ``ep_info_buffer`` as sb3-contrib does.
+
+The call, with a worker-process and a multi-machine example, is in :mod:`torchrl_mask.algorithms.collectors`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+from torchrl.collectors import BaseCollector
+from torchrl.collectors.distributed import DistributedSyncCollector
+
+from torchrl_mask.rollout import storage as st
+from torchrl_mask.rollout.buffers import MaskableRolloutBuffer
+from torchrl_mask.torchrl.policy import MaskablePolicyModule
+from torchrl_mask.torchrl.workers import guarded
+
+if TYPE_CHECKING:
+    from sb3_contrib import MaskablePPO
+
+__all__ = ["DEFAULT_BATCH_TIMEOUT", "CollectorRollout"]
+
+DEFAULT_BATCH_TIMEOUT = 600.0
+EPISODE_REWARD = ("next", "episode_reward")
+STEP_COUNT = ("next", "step_count")
+
+
+class CollectorRollout:
+    """One collector batch per ``collect_rollouts`` call, as the rollout of the model's ``learn`` loop.
+
+    :param model: the MaskablePPO being trained; its rollout buffer must be a torchrl_mask buffer.
+    :param collector: a TorchRL collector running :class:`~torchrl_mask.MaskablePolicyModule` over
+        ``model.policy``, with ``total_frames=-1`` or at least the steps to train on.
+    :param observation_keys: the batch key of each observation leaf; None takes them from the collector's
+        :class:`~torchrl_mask.MaskablePolicyModule` (else the default keys).
+    :param reward_key: where the reward is in the batch, ``(*B, 1)``.
+    :param batch_timeout: seconds that one batch (or one weight update) may take from worker processes before
+        the silent workers are declared stuck; None waits forever.
+    :param use_masking: ``learn``'s ``use_masking``; it must be True (the default).
+    :param previous: the source of an earlier ``learn`` left running (``shutdown=False``); over the same
+        collector, its batch stream and episode starts are continued (TorchRL ends a collector's workers when
+        the iterator that drives them is dropped).
+    :raises ValueError: ``use_masking`` is False: the collector's policy always draws under the envs' masks.
+    :raises TypeError: the collector is a ``DistributedSyncCollector`` (its batches lag the weights by one
+        update), or the model's rollout buffer has no ``extend()``.
+    """
+
+    def __init__(
+        self,
+        model: MaskablePPO,
+        collector: BaseCollector,
+        observation_keys: Sequence[NestedKey] | None = None,
+        reward_key: NestedKey = st.NEXT_REWARD,
+        batch_timeout: float | None = DEFAULT_BATCH_TIMEOUT,
+        use_masking: bool = True,
+        previous: CollectorRollout | None = None,
+    ) -> None:
+        if not use_masking:
+            raise ValueError(
+                "use_masking=False is not available with a collector: its MaskablePolicyModule always draws "
+                "under the envs' masks. Drop use_masking, or learn from the VecEnv (collector=None)."
+            )
+        if isinstance(collector, DistributedSyncCollector):
+            raise TypeError(
+                "DistributedSyncCollector collects each batch before the last update's weights reach its workers "
+                "(off-policy by one update) and has no update_policy_weights_(); use "
+                "torchrl.collectors.distributed.DistributedCollector(..., sync=True) for on-policy batches."
+            )
+        if not isinstance(model.rollout_buffer, MaskableRolloutBuffer):
+            raise TypeError(
+                f"Learning from a collector needs torchrl_mask's rollout buffer (it has extend()); the model has "
+                f"{type(model.rollout_buffer).__name__}. Use torchrl_mask.MaskablePPO with rollout_buffer_class "
+                f"None or a torchrl_mask buffer."
+            )
+        shipped = getattr(collector, "policy", None)
+        if isinstance(shipped, MaskablePolicyModule) and shipped.policy is not model.policy:
+            raise ValueError(
+                "The collector runs a MaskablePolicyModule over another policy than this model's: its actions and "
+                "log-probabilities would not be this model's, and the weights learn() trains would never reach it. "
+                "Build the collector with MaskablePolicyModule(model.policy) of the model that learns."
+            )
+        if observation_keys is None:
+            observation_keys = shipped.observation_keys if isinstance(shipped, MaskablePolicyModule) else None
+        self.model = model
+        self.collector = collector
+        self.module = MaskablePolicyModule(model.policy, observation_keys=observation_keys)
+        self.reward_key = reward_key
+        self.batch_timeout = batch_timeout
+        self._batches: Iterator[TensorDictBase] | None = None
+        self._episode_starts: torch.Tensor | None = None
+        if previous is not None and previous.collector is collector:
+            self._batches, self._episode_starts = previous._batches, previous._episode_starts
+
+    def collect(self, callback: BaseCallback) -> bool:
+        """Fill the model's rollout buffer with the collector's next batch, as ``collect_rollouts`` does.
+
+        :param callback: called at rollout start, once per collected step of all envs, and at rollout end.
+        :return: False if a callback stopped training, else True.
+        :raises CollectorFailed: collection failed (the caller shuts the collector down).
+        """
+        model = self.model
+        callback.on_rollout_start()
+        batch = self._next_batch()
+        self.module.add_next_state_value(batch)
+        buffer = self._buffer_for(batch.shape[0], batch.shape[1])
+        buffer.reset()
+        if self._episode_starts is None:
+            self._episode_starts = torch.ones(batch.shape[0], dtype=torch.bool)
+        buffer.extend(batch, self.module.observation_keys, self.reward_key, episode_starts=self._episode_starts)
+        self._episode_starts = batch.get(st.NEXT_DONE)[:, -1, 0].cpu()
+        steps = _StepLocals(batch, self.reward_key)
+        for n_steps in range(batch.shape[1]):
+            model.num_timesteps += batch.shape[0]
+            dones, infos = steps.dones[:, n_steps], steps.infos(n_steps)
+            callback.update_locals(
+                {"self": model, "callback": callback, "rollout_buffer": buffer, "n_rollout_steps": batch.shape[1],
+                 "use_masking": True, "n_steps": n_steps, "batch": batch, "actions": steps.actions[:, n_steps],
+                 "rewards": steps.rewards[:, n_steps], "values": steps.values[:, n_steps],
+                 "log_probs": steps.log_probs[:, n_steps], "action_masks": steps.masks[:, n_steps], "dones": dones,
+                 "infos": infos}
+            )  # fmt: skip
+            if not callback.on_step():
+                return False
+            model._update_info_buffer(infos, dones)  # as sb3-contrib's collect_rollouts feeds ep_info_buffer
+        callback.on_rollout_end()
+        return True
+
+    def _next_batch(self) -> TensorDictBase:
+        """The weights just trained sent to the workers, then the next batch as ``(n_envs, T)``."""
+        # Also before the first batch: a collector kept from an earlier learn() holds the weights before its last
+        # train(); for a fresh one the model's weights are the ones it was built with, and sending them is cheap.
+        guarded(self.collector.update_policy_weights_, self.collector, "sending the new weights", self.batch_timeout)
+        if self._batches is None:
+            self._batches = iter(self.collector)
+        batches = self._batches
+        batch = guarded(lambda: next(batches), self.collector, "collecting a batch", self.batch_timeout)
+        if batch.ndim == 1:
+            return batch.unsqueeze(0)
+        if batch.ndim > 2:  # workers that each run a batched env: (workers, envs, T) -> (workers * envs, T)
+            return batch.reshape(-1, batch.shape[-1])
+        return batch
+
+    def _buffer_for(self, n_envs: int, steps: int) -> MaskableRolloutBuffer:
+        """The model's rollout buffer, re-made once if the collector's batch shape differs from it."""
+        model = self.model
+        buffer: MaskableRolloutBuffer = model.rollout_buffer  # type: ignore[assignment]
+        if (buffer.n_envs, buffer.buffer_size) != (n_envs, steps):
+            buffer = type(buffer)(
+                steps,
+                model.observation_space,
+                model.action_space,
+                device=model.device,
+                gamma=model.gamma,
+                gae_lambda=model.gae_lambda,
+                n_envs=n_envs,
+                **(model.rollout_buffer_kwargs or {}),
+            )
+            model.rollout_buffer = buffer
+        return buffer
+
+
+class _StepLocals:
+    """A batch read once as the per-step arrays SB3's callbacks see: ``(n_envs, T, ...)`` numpy views, and
+    Monitor's ``info["episode"] = {"r", "l"}`` where an episode ended (from TorchRL's episode statistics).
+
+    :param batch: the collector batch, ``(n_envs, T)``.
+    :param reward_key: where the reward is in the batch, ``(n_envs, T, 1)``.
+    """
+
+    def __init__(self, batch: TensorDictBase, reward_key: NestedKey) -> None:
+        self.dones: np.ndarray = batch.get(st.NEXT_DONE)[..., 0].cpu().numpy()
+        self.rewards: np.ndarray = batch.get(reward_key)[..., 0].cpu().numpy()
+        self.actions: np.ndarray = batch.get(st.ACTION).cpu().numpy()
+        self.masks: np.ndarray = batch.get(st.ACTION_MASK).cpu().numpy()
+        self.values: torch.Tensor = batch.get(st.VALUE)
+        self.log_probs: torch.Tensor = batch.get(st.LOG_PROB)
+        self._n_envs = batch.shape[0]
+        self._episodes: dict[tuple[int, int], dict[str, Any]] = {}
+        rewards, lengths = batch.get(EPISODE_REWARD, None), batch.get(STEP_COUNT, None)
+        if rewards is not None and lengths is not None:
+            for env, t in zip(*np.nonzero(self.dones), strict=True):
+                self._episodes[env, t] = {"r": float(rewards[env, t].sum()), "l": int(lengths[env, t].sum())}
+
+    def infos(self, t: int) -> list[dict[str, Any]]:
+        """:return: one info dict per env at step ``t``; ``{"episode": {"r", "l"}}`` where an episode ended."""
+        return [
+            {"episode": self._episodes[env, t]} if (env, t) in self._episodes else {} for env in range(self._n_envs)
+        ]

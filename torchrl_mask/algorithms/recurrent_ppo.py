@@ -1,0 +1,184 @@
+"""MaskableRecurrentPPO: sb3-contrib's ``RecurrentPPO`` (LSTM policies) with ``MaskablePPO``'s action masks.
+
+Everything is sb3-contrib's ``RecurrentPPO``: its constructor, its policies (``MlpLstmPolicy``, ``CnnLstmPolicy``,
+``MultiInputLstmPolicy``, with their masked distribution from :mod:`torchrl_mask.algorithms.recurrent_policies`), its
+rollout loop and its training loop. What masking adds: ``learn(use_masking=True)`` reads the masks from the env's
+``action_masks()`` (sb3-contrib's ``get_action_masks``, as ``MaskablePPO`` does), samples only legal actions,
+keeps the masks in the rollout buffer (:mod:`torchrl_mask.rollout.recurrent_buffers`) and evaluates the minibatches'
+actions under them; ``predict(..., action_masks=)`` takes them too. With ``use_masking=False`` the parameters it
+learns
+are sb3-contrib's ``RecurrentPPO``'s, bit for bit, under one seed.
+
+>>> import gymnasium as gym, numpy as np
+>>> from sb3_contrib.common.wrappers import ActionMasker
+>>> env = ActionMasker(gym.make("CartPole-v1"), lambda env: np.array([True, False]))
+>>> model = MaskableRecurrentPPO("MlpLstmPolicy", env, n_steps=16, batch_size=16, n_epochs=1, seed=0,
+...                              policy_kwargs={"lstm_hidden_size": 8})
+>>> model = model.learn(32)
+>>> action, state = model.predict(np.zeros(4, np.float32), action_masks=np.array([False, True]))
+>>> int(action), state[0].shape
+(1, (1, 1, 8))
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, TypeVar
+
+import numpy as np
+from gymnasium import spaces
+from sb3_contrib import RecurrentPPO
+from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import MaybeCallback
+from stable_baselines3.common.vec_env import VecEnv
+
+from torchrl_mask.algorithms.recurrent_policies import (
+    MaskableRecurrentActorCriticCnnPolicy,
+    MaskableRecurrentActorCriticPolicy,
+    MaskableRecurrentMultiInputActorCriticPolicy,
+    MaybeMasks,
+)
+from torchrl_mask.rollout.recurrent_buffers import MaskableRecurrentDictRolloutBuffer, MaskableRecurrentRolloutBuffer
+
+SelfMaskableRecurrentPPO = TypeVar("SelfMaskableRecurrentPPO", bound="MaskableRecurrentPPO")
+
+
+class _EnvMaskFeed:
+    """Reads the env's masks when the rollout loop calls the policy; hands the same masks to the buffer's add."""
+
+    def __init__(self, env: VecEnv) -> None:
+        self.env = env
+        self.masks: np.ndarray | None = None
+
+    def read(self) -> np.ndarray:
+        self.masks = get_action_masks(self.env)
+        return self.masks
+
+    def last(self) -> np.ndarray | None:
+        return self.masks
+
+
+class MaskableRecurrentPPO(RecurrentPPO):
+    """sb3-contrib's ``RecurrentPPO`` with action masks; takes ``RecurrentPPO``'s arguments unchanged.
+
+    Masks apply to ``Discrete`` and ``MultiDiscrete`` action spaces; ``Box`` and ``MultiBinary`` train as
+    ``RecurrentPPO`` does with ``use_masking=False``.
+
+    The LSTM's settings go in ``policy_kwargs`` as for ``RecurrentPPO``: ``lstm_hidden_size``, ``n_lstm_layers``,
+    ``shared_lstm``, ``enable_critic_lstm``.
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpLstmPolicy": MaskableRecurrentActorCriticPolicy,
+        "CnnLstmPolicy": MaskableRecurrentActorCriticCnnPolicy,
+        "MultiInputLstmPolicy": MaskableRecurrentMultiInputActorCriticPolicy,
+    }
+    policy: MaskableRecurrentActorCriticPolicy
+    rollout_buffer: MaskableRecurrentRolloutBuffer | MaskableRecurrentDictRolloutBuffer
+    #: Whether the last ``learn`` call masks (read by ``collect_rollouts`` and ``train``).
+    use_masking: bool = True
+
+    def _setup_model(self) -> None:
+        # RecurrentPPO picks its buffer class inside _setup_model: the same buffer again, with an action_masks array.
+        super()._setup_model()
+        dict_obs = isinstance(self.observation_space, spaces.Dict)
+        buffer_class = MaskableRecurrentDictRolloutBuffer if dict_obs else MaskableRecurrentRolloutBuffer
+        self.rollout_buffer = buffer_class(
+            self.n_steps,
+            self.observation_space,
+            self.action_space,
+            self.rollout_buffer.hidden_state_shape,
+            self.device,
+            gamma=self.gamma,
+            gae_lambda=self.gae_lambda,
+            n_envs=self.n_envs,
+        )
+
+    def collect_rollouts(
+        self,
+        env: VecEnv,
+        callback: BaseCallback,
+        rollout_buffer: RolloutBuffer,
+        n_rollout_steps: int,
+        use_masking: bool | None = None,
+    ) -> bool:
+        """``RecurrentPPO``'s rollout, its actions drawn under the env's masks and the masks kept in the buffer.
+
+        :param env: the training env; with masking, it must have ``action_masks()``.
+        :param callback: called at each step and at the rollout's start and end.
+        :param rollout_buffer: a :class:`~torchrl_mask.rollout.recurrent_buffers.MaskableRecurrentRolloutBuffer` (or
+            Dict).
+        :param n_rollout_steps: steps per env.
+        :param use_masking: read and apply the masks; None: :attr:`use_masking`.
+        :return: False if the callback stopped the rollout.
+        :raises ValueError: masking with an env without ``action_masks()``.
+        """
+        use_masking = self.use_masking if use_masking is None else use_masking
+        if use_masking and not is_masking_supported(env):
+            raise ValueError("Environment does not support action masking. Consider using ActionMasker wrapper")
+        # RecurrentPPO's loop calls the policy and buffer.add without masks: both take this step's from the env.
+        feed = _EnvMaskFeed(env) if use_masking else None
+        self.policy.mask_source = feed.read if feed is not None else None
+        if isinstance(rollout_buffer, MaskableRecurrentRolloutBuffer | MaskableRecurrentDictRolloutBuffer):
+            rollout_buffer.mask_source = feed.last if feed is not None else None
+        try:
+            return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+        finally:
+            self.policy.mask_source = None
+            if isinstance(rollout_buffer, MaskableRecurrentRolloutBuffer | MaskableRecurrentDictRolloutBuffer):
+                rollout_buffer.mask_source = None
+
+    def train(self) -> None:
+        """``RecurrentPPO``'s update, each minibatch's actions evaluated under that minibatch's masks."""
+        buffer = self.rollout_buffer
+        # RecurrentPPO.train calls evaluate_actions without masks: they are those of the minibatch get() yielded last.
+        self.policy.mask_source = (lambda: buffer.last_action_masks) if self.use_masking else None
+        try:
+            super().train()
+        finally:
+            self.policy.mask_source = None
+
+    def learn(  # type: ignore[override]
+        self: SelfMaskableRecurrentPPO,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str = "MaskableRecurrentPPO",
+        reset_num_timesteps: bool = True,
+        use_masking: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfMaskableRecurrentPPO:
+        """``RecurrentPPO.learn``, with ``MaskablePPO``'s ``use_masking``.
+
+        :param total_timesteps: env steps to train for (rounded up to whole rollouts).
+        :param callback: SB3 callback(s).
+        :param log_interval: rollouts between logs.
+        :param tb_log_name: the TensorBoard run's name.
+        :param reset_num_timesteps: start the step count at zero.
+        :param use_masking: read the masks from the env's ``action_masks()`` and apply them.
+        :param progress_bar: show a progress bar.
+        :return: the model.
+        """
+        self.use_masking = use_masking
+        return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: MaybeMasks = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """The policy's action (and next LSTM state) for an observation, under the given masks.
+
+        :param observation: observations, shape ``(n_envs, *obs_shape)`` or one ``obs_shape``.
+        :param state: the LSTM state ``predict`` returned last, each ``(n_lstm_layers, n_envs, hidden)``.
+        :param episode_start: True where an episode starts, shape ``(n_envs,)``.
+        :param deterministic: take the most likely legal action.
+        :param action_masks: masks, shape ``(n_envs, sum of the action dims)``, or None.
+        :return: the actions and the next LSTM state.
+        """
+        return self.policy.predict(observation, state, episode_start, deterministic, action_masks=action_masks)

@@ -1,0 +1,9 @@
+"""The ``torchrl-mask`` command: arguments, configuration, training runs and their results.
+
+- ``cli``: the arguments only (``train``, ``bench``); ``config``, ``hyperparams``: what a run is made of, checked,
+  with ``UsageError`` saying the fix; ``run_folder``: the ``--out`` folder and its lock;
+- ``masked_env``: the env a gymnasium id becomes; ``training``: one run; ``results``: evaluation and what is written.
+
+May import anything in the library; the benchmark harness (:mod:`torchrl_mask.bench`) only inside ``cli``'s
+``bench`` command.
+"""

@@ -1,0 +1,386 @@
+"""``torchrl-mask``: train MaskablePPO on a masked env, or benchmark it against sb3-contrib.
+
+``torchrl-mask train`` trains :class:`~torchrl_mask.MaskablePPO` on a gymnasium env that reports action masks
+(by default ``Taxi-v4``, which ships with gymnasium and puts its mask in ``info["action_mask"]``) with
+rl-zoo3's habits: hyperparameters from an rl-zoo3 YAML file (``--conf-file``) and ``--hyperparams
+name=value`` overrides, periodic evaluation with the best model saved (``--eval-freq``), checkpoints
+(``--save-freq``), continuing a saved model (``-i``), TensorBoard (``--tensorboard-log``) and SB3's logger
+(``--verbose``). It saves ``model.zip`` and ``learning_curve.csv`` as soon as training ends, then evaluates the
+trained policy with masks, without masks and against random legal actions (one that raises is reported as such)
+and writes ``learning_curve.png`` and ``evaluation.json``; the output folder must be new or empty unless
+``--overwrite`` is given, and is locked while the run writes (:mod:`torchrl_mask.app.run_folder`). Ctrl-C or SIGTERM
+while training saves the model, prints one line saying where, and exits 130 or 143. The job itself is
+:mod:`torchrl_mask.app.training`, its configuration :mod:`torchrl_mask.app.config`. This module holds the command line
+and nothing heavy: ``--help`` and a bad option answer before torch is imported.
+
+``torchrl-mask bench`` hands every argument after it to :func:`torchrl_mask.bench.buffers.main` (``bench learn``: the
+end-to-end benchmark, :mod:`torchrl_mask.bench.learn`).
+
+Input a user can fix (an unknown env id, an env without masks, a bad option or hyperparameter, a missing or
+invalid YAML file) ends with one line on stderr that says what is wrong and how to fix it, exit status 2, and
+nothing written.
+
+Example:
+    >>> from torchrl_mask.app.cli import main
+    >>> main(["train", "-n", "2048", "--hyperparams", "n_envs=2", "--out", "runs/smoke"])  # doctest: +SKIP
+    0
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torchrl_mask.app.config import (
+    DEFAULT_HYPERPARAMS,
+    TrainConfig,
+    UsageError,
+    check_config,
+    check_hyperparams,
+    load_conf_file,
+    parse_hyperparam,
+)
+
+if TYPE_CHECKING:
+    from torchrl_mask.app.training import TrainResult
+
+__all__ = ["COLLECTOR_TEXT", "build_parser", "main"]
+
+COLLECTOR_TEXT = {
+    "sync": "TorchRL Collector over a SerialEnv",
+    "multisync": "TorchRL MultiSyncCollector, one worker process each",
+}
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports Ctrl-C
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 2**32 - 1, got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 2**32 - 1, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _hyperparam(text: str) -> tuple[str, Any]:
+    try:
+        return parse_hyperparam(text)
+    except UsageError as err:  # argparse turns ArgumentTypeError into "argument --hyperparams: ..."
+        raise argparse.ArgumentTypeError(str(err).removeprefix(f"--hyperparams {text!r}: ")) from None
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's defaults in the help, except empty ones (an option whose help says what its absence means)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors raised as one-line :class:`UsageError` instead of usage text and exit."""
+
+    def error(self, message: str) -> Any:  # argparse's hook; typed NoReturn there
+        raise UsageError(f"{message}; see `{self.prog} --help`.")
+
+
+def _add_what_to_train(train: argparse.ArgumentParser) -> None:
+    """What to train: the env, its hyperparameters (rl-zoo3's file and overrides), how long, from what."""
+    defaults = TrainConfig()
+    built_in = ", ".join(f"{key}={value}" for key, value in DEFAULT_HYPERPARAMS.items())
+    train.add_argument(
+        "--env",
+        default=defaults.env_id,
+        help="gymnasium id of an env with masks (action_masks(), info['action_mask'] or a Dict observation "
+        "with 'action_mask'); module:Id imports module first",
+    )
+    train.add_argument(
+        "-conf",
+        "--conf-file",
+        type=Path,
+        metavar="FILE",
+        help="rl-zoo3 YAML file: env ids at the top level (or 'default'), each with n_timesteps, n_envs, policy, "
+        f"policy_kwargs and MaskablePPO's arguments (without it: {built_in})",
+    )
+    train.add_argument(
+        "-params",
+        "--hyperparams",
+        type=_hyperparam,
+        nargs="+",
+        action="extend",  # given twice: both groups, the later value of a name winning
+        default=[],
+        metavar="NAME=VALUE",
+        help="override hyperparameters, values as Python literals: learning_rate=3e-4 clip_range=lin_0.2 "
+        "policy_kwargs='dict(net_arch=[64, 64], activation_fn=nn.ReLU)'",
+    )
+    train.add_argument(
+        "-n",
+        "--n-timesteps",
+        "--steps",
+        type=_positive_int,
+        metavar="N",
+        help="env steps to train for, over all envs (default: the file's n_timesteps, or "
+        f"{DEFAULT_HYPERPARAMS['n_timesteps']} without a file)",
+    )
+    train.add_argument(
+        "-i",
+        "--trained-agent",
+        type=Path,
+        metavar="PATH",
+        help="a saved model (.zip) to continue training (its policy is kept)",
+    )
+
+
+def _add_what_to_write(train: argparse.ArgumentParser) -> None:
+    """Where the run writes, and what: periodic evaluations, checkpoints, TensorBoard, SB3's logger."""
+    defaults = TrainConfig()
+    train.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="folder for the model, learning curve, evaluation, checkpoints and best model "
+        "(default: runs/<env>-<date>-<time>); it must be empty or new, unless --overwrite",
+    )
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="train into an --out that holds an earlier run, removing that run's files first",
+    )
+    train.add_argument(
+        "--eval-freq",
+        type=_non_negative_int,
+        default=defaults.eval_freq,
+        metavar="N",
+        help="evaluate every N env steps with MaskableEvalCallback and save the best model; 0 never",
+    )
+    train.add_argument(
+        "--eval-episodes",
+        type=_positive_int,
+        default=defaults.eval_episodes,
+        help="episodes per evaluation (periodic and final)",
+    )
+    train.add_argument(
+        "--save-freq",
+        type=_non_negative_int,
+        default=defaults.save_freq,
+        metavar="N",
+        help="save a checkpoint every N env steps; 0 never",
+    )
+    train.add_argument("-tb", "--tensorboard-log", type=Path, metavar="DIR", help="folder for TensorBoard event files")
+    train.add_argument(
+        "--verbose",
+        type=int,
+        choices=(0, 1, 2),
+        default=defaults.verbose,
+        help="SB3's logger: 0 nothing, 1 the training table, 2 also debug messages",
+    )
+
+
+def _add_how_to_run(train: argparse.ArgumentParser) -> None:
+    """How the run steps its envs and where it computes."""
+    defaults = TrainConfig()
+    train.add_argument("--seed", type=_seed, default=defaults.seed, help="seed of envs, policy, evaluation")
+    train.add_argument("--device", default=defaults.device, help="cpu, cuda, cuda:N, mps or auto")
+    train.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=defaults.threads,
+        help="torch CPU threads (1 is fastest for small nets)",
+    )
+    train.add_argument(
+        "--collector",
+        choices=sorted(COLLECTOR_TEXT),
+        default=None,
+        help="collect rollouts with TorchRL instead of SB3's VecEnv: sync (envs in this process) or multisync "
+        "(one worker process per env)",
+    )
+    train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``torchrl-mask`` argument parser.
+
+    :return: a parser whose errors raise :class:`~torchrl_mask.app.config.UsageError`.
+    """
+    parser = _Parser(prog="torchrl-mask", description="Action-masked PPO with TorchRL-backed rollouts.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,bench}", parser_class=_Parser)
+    train_parser = commands.add_parser(
+        "train",
+        help="train MaskablePPO on a masked env, evaluate it, save the model and a learning-curve PNG",
+        description="Train MaskablePPO on a gymnasium env that reports action masks, evaluate it with and "
+        "without masks, and save the model, a learning-curve PNG and the evaluation.",
+        formatter_class=_HelpFormatter,
+    )
+    for add_arguments in (_add_what_to_train, _add_what_to_write, _add_how_to_run):
+        add_arguments(train_parser)
+    commands.add_parser(
+        "bench",
+        add_help=False,  # every argument after `bench`, --help included, belongs to the benchmark
+        help="benchmark torchrl_mask against sb3-contrib: the buffers, or `bench learn` for whole learn() calls "
+        "(arguments go to the benchmark; try bench --help)",
+    )
+    return parser
+
+
+def _hyperparams_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The file's entry for the env (or the built-in defaults), then ``--hyperparams`` over it, rl-zoo3's order."""
+    hyperparams = dict(DEFAULT_HYPERPARAMS) if args.conf_file is None else load_conf_file(args.conf_file, args.env)
+    overrides = check_hyperparams(dict(args.hyperparams), "--hyperparams")
+    if args.conf_file is None and "batch_size" not in overrides:  # built-in: a quarter of the rollout
+        n_steps = overrides.get("n_steps", hyperparams["n_steps"])
+        overrides["batch_size"] = max(2, n_steps * overrides.get("n_envs", hyperparams["n_envs"]) // 4)
+    return {**hyperparams, **overrides}
+
+
+def _config_from_args(args: argparse.Namespace) -> TrainConfig:
+    hyperparams = _hyperparams_from_args(args)
+    n_timesteps = args.n_timesteps or hyperparams.pop("n_timesteps", None)
+    hyperparams.pop("n_timesteps", None)
+    if n_timesteps is None:
+        raise UsageError(
+            f"--conf-file {args.conf_file} gives no n_timesteps for {args.env}; add it, or pass --n-timesteps."
+        )
+    return TrainConfig(
+        env_id=args.env,
+        n_timesteps=n_timesteps,
+        n_envs=hyperparams.pop("n_envs", 1),
+        hyperparams=hyperparams,
+        seed=args.seed,
+        device=args.device,
+        out=args.out,
+        eval_episodes=args.eval_episodes,
+        eval_freq=args.eval_freq,
+        save_freq=args.save_freq,
+        trained_agent=args.trained_agent,
+        tensorboard_log=args.tensorboard_log,
+        verbose=args.verbose,
+        progress_bar=not args.no_progress,
+        threads=args.threads,
+        collector=args.collector,
+        conf_file=args.conf_file,
+        overwrite=args.overwrite,
+    )
+
+
+def _report(config: TrainConfig, result: TrainResult) -> None:
+    rows = {
+        "trained policy, with masks": result.evaluation["masked"],
+        "trained policy, without masks": result.evaluation["unmasked"],
+        "random legal actions": result.evaluation["random"],
+    }
+    print(f"\nEvaluation on {config.env_id}, {config.eval_episodes} episodes each (mean ± std episode return):")
+    for label, stats in rows.items():
+        if "error" in stats:  # the env raised (e.g. on an illegal move without masks): the model is saved
+            print(f"  {label:<31}raised {stats['error']}")
+        else:
+            print(f"  {label:<31}{stats['mean']:>10.2f} ± {stats['std']:.2f}")
+    print(f"\nSaved to {result.out}/: " + ", ".join(result.files))
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as an interrupt so that training stops, saves and shuts its workers down as on Ctrl-C."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    config = _config_from_args(args)
+    check_config(config)  # before torch is imported: a path is the commonest mistake, answered at once
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return _train(config)
+    except KeyboardInterrupt as stop:  # before training started (or while saving): no model to keep
+        print("torchrl-mask: interrupted before a model was saved; nothing to keep.", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(stop, _Terminated) else EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _train(config: TrainConfig) -> int:
+    from torchrl_mask import training  # the heavy imports, only now that there is something to train
+
+    source = training.describe_masks(config)
+    rollouts = "SB3's DummyVecEnv" if config.collector is None else COLLECTOR_TEXT[config.collector]
+    print(
+        f"Training MaskablePPO on {config.env_id} (masks from {source}) for {config.n_timesteps:,} steps: "
+        f"{config.n_envs} envs ({rollouts}), seed {config.seed}, device {config.device}."
+    )
+    try:
+        result = training.train(config)
+    except training.TrainingInterrupted as stop:
+        print(f"torchrl-mask: {stop}", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(stop.__cause__, _Terminated) else EXIT_INTERRUPTED
+    _report(config, result)
+    return 0
+
+
+def _run_bench(argv: list[str]) -> int:
+    try:
+        benchmark = importlib.import_module("torchrl_mask.bench.buffers")
+    except ModuleNotFoundError as err:
+        if err.name != "torchrl_mask.bench.buffers":
+            raise
+        print(
+            "torchrl-mask bench: this install has no benchmark (module torchrl_mask.bench.buffers is missing); "
+            "update torchrl_mask, or run the scripts in benchmarks/ from a clone of the repository.",
+            file=sys.stderr,
+        )
+        return 1
+    return int(benchmark.main(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``torchrl-mask`` with ``argv`` (default: the process's arguments) and return the exit status.
+
+    :param argv: the arguments after the program name.
+    :return: 0 on success; 2 for input the user can fix (one line on stderr says what and how); 130 after
+        Ctrl-C and 143 after SIGTERM (the model saved, one line on stderr says where); the benchmark's own
+        status for ``bench``.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if args.command == "bench":
+            return _run_bench(argv[argv.index("bench") + 1 :])
+        if extra:
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)}; see `torchrl-mask {args.command} --help`.")
+        return _run_train(args)
+    except UsageError as err:
+        print(f"torchrl-mask: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,339 @@
+"""The main job behind ``torchrl-mask train``: a masked env from a gymnasium id, MaskablePPO on it (SB3's
+VecEnv or a TorchRL collector) with rl-zoo3's callbacks, an evaluation with and without masks, and the files a
+user looks at.
+
+:func:`train` takes the :class:`~torchrl_mask.app.config.TrainConfig` the command line builds, checks all of it
+before it writes anything, locks the output folder (:mod:`torchrl_mask.app.run_folder`), and writes to it, the
+model and the curve's CSV right after training (also when a ``KeyboardInterrupt`` stops it:
+:class:`TrainingInterrupted`), the rest after the evaluation:
+
+- ``model.zip``: the trained model (``torchrl_mask.MaskablePPO.load`` or sb3-contrib's ``MaskablePPO.load``);
+- ``learning_curve.png``: episode return over timesteps beside the evaluation;
+- ``learning_curve.csv``: the points of that curve (``timestep,episode_return``);
+- ``evaluation.json``: the evaluation, and the configuration that produced it;
+- ``monitor/``: SB3's ``Monitor`` files, one per env, the curve's source;
+- with ``save_freq``: ``rl_model_<steps>_steps.zip`` checkpoints (SB3's ``CheckpointCallback``);
+- with ``eval_freq``: ``best_model.zip`` and ``evaluations.npz`` (sb3-contrib's ``MaskableEvalCallback``).
+
+With ``tensorboard_log``, SB3's logger writes TensorBoard event files under ``<tensorboard_log>/MaskablePPO_<n>``.
+The evaluation, the curve and the PNG are :mod:`torchrl_mask.app.results`.
+
+The env is made and masked by :mod:`torchrl_mask.app.masked_env`, whatever convention it reports its mask in.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import pickle
+import sys
+import zipfile
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch
+from gymnasium import spaces
+from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
+from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.logger import HumanOutputFormat, Logger
+from stable_baselines3.common.preprocessing import is_image_space
+from stable_baselines3.common.utils import LinearSchedule, check_for_correct_spaces
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+from torchrl.collectors import BaseCollector, Collector, MultiSyncCollector
+from torchrl.envs import SerialEnv
+
+from torchrl_mask.algorithms.collectors import learn_from_collector
+from torchrl_mask.algorithms.ppo import MaskablePPO
+from torchrl_mask.app import results, run_folder
+from torchrl_mask.app.config import TrainConfig, UsageError, check_config, check_device
+from torchrl_mask.app.masked_env import collector_env, make_masked_env, one_line
+from torchrl_mask.app.results import EVAL_SEED_OFFSET
+from torchrl_mask.torchrl.policy import MaskablePolicyModule
+
+__all__ = ["TrainResult", "TrainingInterrupted", "describe_masks", "train"]
+
+MASK_SOURCE_TEXT = {
+    "method": "its action_masks()",
+    "info": "info['action_mask']",
+    "observation": "observation['action_mask']",
+}
+OUTPUT_FILES = ("model.zip", "learning_curve.png", "learning_curve.csv", "evaluation.json")
+# The policy's constructor arguments that MaskablePPO fills in itself; policy_kwargs cannot set them.
+POLICY_SET_BY_PPO = {"self", "observation_space", "action_space", "lr_schedule"}
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` produced.
+
+    :param model: the trained model.
+    :param out: the output folder.
+    :param evaluation: mean and std of the episode return for ``"masked"``, ``"unmasked"`` and ``"random"``
+        (``{"error": message}`` for one that raised).
+    :param curve: ``(timestep, episode_return)`` of every training episode, in the order they ended.
+    :param files: the names of the files written in ``out`` (checkpoints and best model included).
+    """
+
+    model: MaskablePPO
+    out: Path
+    evaluation: dict[str, dict[str, Any]]
+    curve: list[tuple[int, float]] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+
+def _make_collector(config: TrainConfig, model: MaskablePPO, monitor_dir: Path) -> BaseCollector:
+    """``sync``: the envs step in this process (``SerialEnv``); ``multisync``: one worker process per env."""
+    makers = [partial(collector_env, config.env_id, str(monitor_dir / str(rank))) for rank in range(config.n_envs)]
+    policy = MaskablePolicyModule(model.policy)
+    frames = config.n_envs * model.n_steps
+    collector: BaseCollector
+    if config.collector == "multisync":
+        collector = MultiSyncCollector(
+            makers, policy, frames_per_batch=frames, total_frames=-1, num_threads=config.threads
+        )
+        collector.set_seed(config.seed)
+        collector.reset()  # set_seed reseeds the envs but keeps the step (and mask) each worker holds: start anew
+    else:  # seeded before the Collector resets it, so that the first episodes are seeded too
+        envs = SerialEnv(config.n_envs, makers)
+        envs.set_seed(config.seed)
+        collector = Collector(envs, policy, frames_per_batch=frames, total_frames=-1)
+    return collector
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What :func:`_prepare` checked and worked out, before anything is written."""
+
+    out: Path
+    device: str
+    policy: str
+    model_kwargs: dict[str, Any]
+    mask_text: str
+
+
+def _policy(config: TrainConfig, observation_space: spaces.Space) -> str:
+    policy = config.hyperparams.get("policy")
+    fits = "MultiInputPolicy" if isinstance(observation_space, spaces.Dict) else "MlpPolicy"
+    if policy is None:
+        return fits
+    if policy != fits and (policy != "CnnPolicy" or not is_image_space(observation_space)):
+        raise UsageError(
+            f"policy={policy} does not fit {config.env_id}'s observation space {observation_space}; use policy={fits}."
+        )
+    return str(policy)
+
+
+def _model_kwargs(hyperparams: dict[str, Any], policy: str) -> dict[str, Any]:
+    """MaskablePPO's keyword arguments from checked hyperparameters: rl-zoo3's ``lin_<x>`` as SB3's
+    ``LinearSchedule`` (from x to 0), ``activation_fn="nn.ReLU"`` as the class; policy_kwargs checked by name."""
+    kwargs = {key: value for key, value in hyperparams.items() if key != "policy"}
+    for key in ("learning_rate", "clip_range", "clip_range_vf"):
+        if isinstance(kwargs.get(key), str):
+            kwargs[key] = LinearSchedule(float(kwargs[key].removeprefix("lin_")), 0.0, 1.0)
+    if "policy_kwargs" not in kwargs:
+        return kwargs
+    policy_kwargs = dict(kwargs["policy_kwargs"])
+    if "activation_fn" in policy_kwargs:
+        name = policy_kwargs["activation_fn"]
+        activation = getattr(torch.nn, name.rsplit(".", 1)[-1], None)
+        if not (isinstance(activation, type) and issubclass(activation, torch.nn.Module)):
+            raise UsageError(f"policy_kwargs: activation_fn={name} is not a torch.nn module; use e.g. nn.ReLU.")
+        if activation.__module__ != "torch.nn.modules.activation" or activation is torch.nn.MultiheadAttention:
+            raise UsageError(
+                f"policy_kwargs: activation_fn={name} is not an activation function; use one of torch.nn's "
+                "activations, e.g. nn.ReLU or nn.Tanh."
+            )
+        policy_kwargs["activation_fn"] = activation
+    accepted = set(inspect.signature(MaskablePPO.policy_aliases[policy]).parameters) - POLICY_SET_BY_PPO
+    unknown = sorted(set(policy_kwargs) - accepted)
+    if unknown:
+        takes = ", ".join(sorted(accepted))
+        raise UsageError(f"policy_kwargs: {', '.join(unknown)} is not an argument of {policy}; it takes {takes}.")
+    kwargs["policy_kwargs"] = policy_kwargs
+    return kwargs
+
+
+def _check_trained_agent(path: Path, env: gym.Env) -> None:
+    """``path`` loads as a MaskablePPO whose spaces are the env's."""
+    try:
+        saved = MaskablePPO.load(path, device="cpu")
+        check_for_correct_spaces(env, saved.observation_space, saved.action_space)
+    except (
+        AssertionError,
+        ValueError,
+        KeyError,
+        OSError,
+        RuntimeError,
+        pickle.UnpicklingError,
+        zipfile.BadZipFile,
+    ) as err:
+        raise UsageError(f"-i {path}: cannot continue from it: {one_line(err)} Pass a MaskablePPO .zip saved "
+                         "for this env.") from None  # fmt: skip
+
+
+def _prepare(config: TrainConfig) -> _Plan:
+    """Every check of the configuration, in the order a user fixes them; nothing is written."""
+    out = check_config(config)
+    device = check_device(config.device)
+    env = make_masked_env(config.env_id)
+    try:
+        policy = _policy(config, env.observation_space)
+        model_kwargs = _model_kwargs(config.hyperparams, policy)
+        if config.trained_agent is not None:
+            _check_trained_agent(config.trained_agent, env)
+        mask_text = MASK_SOURCE_TEXT[env.get_wrapper_attr("source")]
+    finally:
+        env.close()
+    return _Plan(out, device, policy, model_kwargs, mask_text)
+
+
+def _build_model(config: TrainConfig, plan: _Plan, env: VecEnv) -> MaskablePPO:
+    """A new MaskablePPO, or the trained agent with the hyperparameters given (its policy kept, as rl-zoo3 does)."""
+    tensorboard_log = None if config.tensorboard_log is None else str(config.tensorboard_log)
+    common: dict[str, Any] = {"tensorboard_log": tensorboard_log, "verbose": config.verbose, "seed": config.seed}
+    if config.trained_agent is not None:
+        kwargs = {key: value for key, value in plan.model_kwargs.items() if key != "policy_kwargs"}
+        model = MaskablePPO.load(config.trained_agent, env=env, device=plan.device, **common, **kwargs)
+    else:
+        model = MaskablePPO(plan.policy, env, device=plan.device, **common, **plan.model_kwargs)
+    if tensorboard_log is None:
+        # SB3's own logger choice without TensorBoard (stdout when verbose), but not its empty /tmp/SB3-<date>
+        # folder, which learn() would otherwise leave behind at every run.
+        model.set_logger(Logger(None, [HumanOutputFormat(sys.stdout)] if config.verbose >= 1 else []))
+    return model
+
+
+def _callbacks(config: TrainConfig, out: Path) -> list[BaseCallback]:
+    """rl-zoo3's: checkpoints and periodic evaluation, their frequencies in env steps over all envs."""
+    callbacks: list[BaseCallback] = []
+    if config.save_freq > 0:
+        every = max(config.save_freq // config.n_envs, 1)
+        callbacks.append(CheckpointCallback(every, str(out), name_prefix="rl_model", verbose=config.verbose))
+    if config.eval_freq > 0:
+        eval_env = make_vec_env(
+            make_masked_env, n_envs=1, seed=config.seed + EVAL_SEED_OFFSET, env_kwargs={"env_id": config.env_id}
+        )
+        callbacks.append(
+            MaskableEvalCallback(
+                eval_env,
+                n_eval_episodes=config.eval_episodes,
+                eval_freq=max(config.eval_freq // config.n_envs, 1),
+                best_model_save_path=str(out),
+                log_path=str(out),
+                deterministic=True,
+                verbose=config.verbose,
+            )
+        )
+    return callbacks
+
+
+def _learn(config: TrainConfig, model: MaskablePPO, monitor_dir: Path, callbacks: list[BaseCallback]) -> None:
+    continuing = config.trained_agent is not None  # num_timesteps goes on from the saved model's
+    if config.collector is None:
+        model.learn(config.n_timesteps, callbacks, progress_bar=config.progress_bar, reset_num_timesteps=not continuing)
+    else:
+        collector = _make_collector(config, model, monitor_dir)
+        learn_from_collector(
+            model, collector, config.n_timesteps, callbacks, progress_bar=config.progress_bar,
+            reset_num_timesteps=not continuing,
+        )  # fmt: skip
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped by a ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM as the command line raises it); the model
+    and the learning curve were saved first. The interrupt is the ``__cause__``.
+
+    :param out: the output folder.
+    :param steps: the env steps taken when it stopped (``model.num_timesteps``).
+    """
+
+    def __init__(self, out: Path, steps: int) -> None:
+        super().__init__(f"interrupted at {steps:,} steps; saved to {out / 'model.zip'}")
+        self.out = out
+        self.steps = steps
+
+
+def _make_env(config: TrainConfig, monitor_dir: Path) -> VecEnv:
+    if config.collector is None:
+        return make_vec_env(
+            make_masked_env, n_envs=config.n_envs, seed=config.seed, env_kwargs={"env_id": config.env_id},
+            monitor_dir=str(monitor_dir),
+        )  # fmt: skip
+    # never stepped: it gives the spaces and the env count (SB3's progress bar counts by it)
+    return DummyVecEnv([partial(make_masked_env, config.env_id)] * config.n_envs)
+
+
+def _learn_and_save(config: TrainConfig, plan: _Plan, monitor_dir: Path) -> tuple[MaskablePPO, list[tuple[int, float]]]:
+    """Train, then save the model and the learning curve at once (also after an interrupt, then re-raised)."""
+    env = _make_env(config, monitor_dir)
+    try:
+        model = _build_model(config, plan, env)
+        callbacks = _callbacks(config, plan.out)
+    except BaseException:
+        env.close()
+        raise
+    interrupt: KeyboardInterrupt | None = None
+    try:
+        _learn(config, model, monitor_dir, callbacks)
+    except KeyboardInterrupt as stop:
+        interrupt = stop
+    finally:
+        env.close()
+        for callback in callbacks:
+            if isinstance(callback, MaskableEvalCallback):
+                callback.eval_env.close()
+    model.save(plan.out / "model.zip")
+    curve = results.learning_curve(monitor_dir)
+    lines = ["timestep,episode_return", *(f"{step},{ret:g}" for step, ret in curve)]
+    (plan.out / "learning_curve.csv").write_text("\n".join(lines) + "\n")
+    if interrupt is not None:
+        raise TrainingInterrupted(plan.out, model.num_timesteps) from interrupt
+    return model, curve
+
+
+def train(config: TrainConfig) -> TrainResult:
+    """Train; save the model and the learning curve; evaluate; write the PNG and the evaluation.
+
+    Sets torch's CPU thread count to ``config.threads`` for the process. The output folder is locked while the
+    run writes to it (:mod:`torchrl_mask.app.run_folder`). An evaluation that raises (an env that refuses an
+    illegal move, played without masks) is recorded as ``{"error": ...}``; the model is saved before.
+
+    :param config: what to train and where to write it.
+    :return: the model, the output folder, the evaluation, the learning curve and the files written.
+    :raises UsageError: an unknown env id, an env without masks, a bad device, an output path that cannot be a
+        folder or is in use, a policy or policy_kwargs that do not fit, or a trained agent that does not load.
+    :raises TrainingInterrupted: a ``KeyboardInterrupt`` while training; the model and curve were saved.
+    """
+    plan = _prepare(config)  # fail here, with one clear line, before anything is written
+    torch.set_num_threads(config.threads)
+    out = plan.out
+    with run_folder.claim(out, config.overwrite):
+        monitor_dir = out / "monitor"
+        monitor_dir.mkdir(exist_ok=True)
+        model, curve = _learn_and_save(config, plan, monitor_dir)
+        try:
+            evaluation = results.evaluate(
+                model, partial(make_masked_env, config.env_id), config.eval_episodes, config.seed
+            )
+            results.plot(curve, evaluation, config.env_id, config.eval_episodes, out / "learning_curve.png")
+            record = {"config": {**asdict(config), "out": str(out)}, "evaluation": evaluation}
+            (out / "evaluation.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+        except KeyboardInterrupt as stop:  # while evaluating: the model is saved already
+            raise TrainingInterrupted(out, model.num_timesteps) from stop
+    files = [*OUTPUT_FILES, *sorted(path.name for path in out.glob("rl_model_*_steps.zip"))]
+    files += [name for name in ("best_model.zip", "evaluations.npz") if (out / name).exists()]
+    return TrainResult(model=model, out=out, evaluation=evaluation, curve=curve, files=files)
+
+
+def describe_masks(config: TrainConfig) -> str:
+    """Check the configuration a user gave and say where the env's masks come from, before any training.
+
+    :param config: what to train.
+    :return: e.g. ``"info['action_mask']"``.
+    :raises UsageError: what :func:`train` raises before it writes anything.
+    """
+    return _prepare(config).mask_text

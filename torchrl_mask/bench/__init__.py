@@ -1,0 +1,8 @@
+"""The benchmark harness behind ``torchrl-mask bench``: sb3-contrib and this package side by side, as ratios.
+
+- ``buffers``, ``grid``, ``report``: the rollout-buffer grid (``add``, GAE, ``get``) and its tables;
+- ``learn``: end-to-end ``learn()`` against sb3-contrib; ``spaces``: the cost of masking per action space, against
+  SB3's unmasked ``PPO``.
+
+Not imported by ``import torchrl_mask``. May import anything in the library.
+"""

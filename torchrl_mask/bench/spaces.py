@@ -1,0 +1,239 @@
+"""The cost of masking: learn() of SB3's unmasked PPO, sb3-contrib's MaskablePPO and ours, per action space.
+
+Run as ``torchrl-mask bench learn --action-spaces`` (``--help`` for the knobs). Each cell is one action space
+(Discrete {8, 4096}, MultiDiscrete {[5,5,5], [34]*10, [2,7,50,3]}, MultiBinary {16, 339}), one minibatch size
+({64, 256}) and one observation kind (a 64-float ``Box``, or a ``Dict`` of that and a ``MultiBinary(8)``), on 16
+``DummyVecEnv`` envs, ``n_steps=64``, 4 epochs, ``MlpPolicy``/``MultiInputPolicy`` with SB3's default network.
+The env's mask forbids every third entry of the mask row (shifted each step), so every sub-action keeps a choice.
+
+Each round times the three ``learn`` calls back to back in one process, in an order that rotates from round to
+round; a ratio is the median over rounds of that round's ratio, which cancels most of a shared machine's drift.
+Every round checks that sb3-contrib and torchrl_mask learned the same parameters (``torch.equal``), so the
+timings never compare different work. Columns: the three medians in seconds, the cost of masking (ours / PPO,
+lower is better, 1.0 means masks cost nothing), its floor (PPO's time plus :func:`forced_extra_seconds`, the work
+sb3-contrib's bits force beyond unmasked PPO, timed alone, over PPO's time) and the speed-up over sb3-contrib
+(sb3-contrib / ours).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import time
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+from sb3_contrib import MaskablePPO as SB3ContribMaskablePPO
+from stable_baselines3 import PPO
+from stable_baselines3.common.distributions import make_proba_distribution
+from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from torchrl_mask import MaskablePPO
+from torchrl_mask.distributions import MaskedCategoricals
+from torchrl_mask.rollout.masks import mask_spec
+
+__all__ = ["ACTION_SPACES", "MaskedSpaceEnv", "forced_extra_seconds", "main", "time_cell"]
+
+ACTION_SPACES: dict[str, spaces.Space] = {
+    "Discrete(8)": spaces.Discrete(8),
+    "Discrete(4096)": spaces.Discrete(4096),
+    "MultiDiscrete([5,5,5])": spaces.MultiDiscrete([5, 5, 5]),
+    "MultiDiscrete([34]*10)": spaces.MultiDiscrete([34] * 10),
+    "MultiDiscrete([2,7,50,3])": spaces.MultiDiscrete([2, 7, 50, 3]),
+    "MultiBinary(16)": spaces.MultiBinary(16),
+    "MultiBinary(339)": spaces.MultiBinary(339),
+}
+ALGORITHMS: dict[str, Any] = {"PPO": PPO, "sb3-contrib": SB3ContribMaskablePPO, "ours": MaskablePPO}
+
+
+class MaskedSpaceEnv(gym.Env):
+    """Random observations, a reward for the first sub-action's parity, episodes of 32 steps, and a mask.
+
+    :param action_space: the action space.
+    :param dict_obs: observe a ``Dict`` (``"state"``: 64 floats, ``"flags"``: ``MultiBinary(8)``) instead of the
+        64 floats alone.
+    :param seed: the seed of the env's observations.
+    """
+
+    def __init__(self, action_space: spaces.Space, dict_obs: bool, seed: int) -> None:
+        self.action_space = action_space
+        state = spaces.Box(-1.0, 1.0, (64,), np.float32)
+        self.observation_space = spaces.Dict({"state": state, "flags": spaces.MultiBinary(8)}) if dict_obs else state
+        self._rng = np.random.default_rng(seed)
+        self._width = mask_spec(action_space).size
+        self._t = 0
+
+    def _obs(self) -> Any:
+        state = self._rng.uniform(-1, 1, 64).astype(np.float32)
+        if isinstance(self.observation_space, spaces.Dict):
+            return {"state": state, "flags": self._rng.integers(0, 2, 8).astype(np.int8)}
+        return state
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self._t += 1
+        reward = float(int(np.asarray(action).flat[0]) % 2)
+        return self._obs(), reward, self._t >= 32, False, {}
+
+    def action_masks(self) -> np.ndarray:
+        """Every third entry of the mask row forbidden, shifted by the step count: ``(mask_width,)`` bool."""
+        return (np.arange(self._width) + self._t) % 3 != 2
+
+
+def time_learn(name: str, space: str, dict_obs: bool, batch_size: int, args: argparse.Namespace) -> tuple[float, Any]:
+    """Seconds of one ``learn(args.timesteps)`` of a fresh model, and its learned parameters.
+
+    :param name: a key of :data:`ALGORITHMS`.
+    :param space: a key of :data:`ACTION_SPACES`.
+    :param dict_obs: Dict observations (``MultiInputPolicy``).
+    :param batch_size: the minibatch size.
+    :param args: the parsed command line.
+    """
+    env = DummyVecEnv([partial(MaskedSpaceEnv, ACTION_SPACES[space], dict_obs, i) for i in range(args.n_envs)])
+    model = ALGORITHMS[name](
+        "MultiInputPolicy" if dict_obs else "MlpPolicy", env, n_steps=args.n_steps, batch_size=batch_size,
+        n_epochs=args.n_epochs, seed=args.seed, device="cpu",
+    )  # fmt: skip
+    model.set_logger(Logger(None, []))
+    start = time.perf_counter()
+    model.learn(args.timesteps)
+    seconds = time.perf_counter() - start
+    env.close()
+    return seconds, {k: v.detach().clone() for k, v in model.policy.state_dict().items()}
+
+
+def _distribution_seconds(space: spaces.Space, rows: int, masked: bool, grad: bool, repeat: int) -> float:
+    """Seconds of one distribution step on ``rows`` rows, median of ``repeat``: SB3's unmasked distribution
+    (``masked`` False) or ours under a mask read from numpy; sampling without gradients, or (``grad``) log-prob,
+    entropy and their backward as ``train()`` asks for them."""
+    width = mask_spec(space).size
+    mask = np.ones((rows, width), dtype=bool)
+    mask[:, 2::3] = False
+    ours = MaskedCategoricals(mask_spec(space).groups)
+    ppo = make_proba_distribution(space)
+    # SB3's MultiBinary is a Bernoulli per sub-action: one logit each, where the masked distribution has two.
+    bernoulli = isinstance(space, spaces.MultiBinary) and not masked
+    logits = torch.randn(rows, int(np.prod(space.shape or ())) if bernoulli else width)
+    actions = torch.zeros(rows, len(mask_spec(space).groups), dtype=torch.long)
+    ppo_actions = actions[:, 0] if isinstance(space, spaces.Discrete) else actions.float()
+    times = []
+    for _ in range(repeat):
+        x = logits.clone().requires_grad_(grad)
+        start = time.perf_counter()
+        with torch.set_grad_enabled(grad):
+            if masked:
+                bool_mask = torch.as_tensor(mask)
+                log_pmf = ours.log_pmf(x, bool_mask)
+                out = ours.log_prob(log_pmf, actions if grad else ours.sample(log_pmf))
+                out = out + ours.entropy(log_pmf, bool_mask) if grad else out
+            else:
+                dist = ppo.proba_distribution(x)
+                out = dist.log_prob(ppo_actions if grad else dist.sample())
+                entropy = dist.entropy()
+                out = out + entropy if grad and entropy is not None else out
+            if grad:
+                out.sum().backward()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def forced_extra_seconds(space: str, batch_size: int, args: argparse.Namespace) -> float:
+    """What bit-identity with sb3-contrib forces beyond unmasked PPO in one ``learn``: our masked distribution's
+    time minus SB3's unmasked one's, timed alone on the cell's shapes (the rollout's ``(n_envs, width)`` steps and
+    ``train()``'s ``(batch_size, width)`` minibatches, forward and backward), times how often ``learn`` runs each.
+
+    :param space: a key of :data:`ACTION_SPACES`.
+    :param batch_size: the minibatch size.
+    :param args: the parsed command line.
+    """
+    action_space = ACTION_SPACES[space]
+    updates = -(-args.timesteps // (args.n_steps * args.n_envs))
+    steps = updates * args.n_steps
+    minibatches = updates * args.n_epochs * -(-args.n_steps * args.n_envs // batch_size)
+    step = [_distribution_seconds(action_space, args.n_envs, m, False, 51) for m in (True, False)]
+    minibatch = [_distribution_seconds(action_space, batch_size, m, True, 21) for m in (True, False)]
+    return steps * (step[0] - step[1]) + minibatches * (minibatch[0] - minibatch[1])
+
+
+def time_cell(space: str, dict_obs: bool, batch_size: int, args: argparse.Namespace) -> dict[str, float] | None:
+    """Time one cell in paired rounds.
+
+    :return: the median seconds of each algorithm, ``cost`` (median of ours / PPO) and ``speedup`` (median of
+        sb3-contrib / ours); None if sb3-contrib and ours learned different parameters.
+    """
+    names = list(ALGORITHMS)
+    for name in names:  # warm-up
+        time_learn(name, space, dict_obs, batch_size, args)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(args.rounds):
+        params = {}
+        for name in names[round_ % 3 :] + names[: round_ % 3]:
+            elapsed, params[name] = time_learn(name, space, dict_obs, batch_size, args)
+            seconds[name].append(elapsed)
+        if any(not torch.equal(params["ours"][k], v) for k, v in params["sb3-contrib"].items()):
+            return None
+    result = {name: statistics.median(values) for name, values in seconds.items()}
+    result["cost"] = statistics.median(o / p for o, p in zip(seconds["ours"], seconds["PPO"], strict=True))
+    result["speedup"] = statistics.median(r / o for r, o in zip(seconds["sb3-contrib"], seconds["ours"], strict=True))
+    result["floor"] = (result["PPO"] + forced_extra_seconds(space, batch_size, args)) / result["PPO"]
+    return result
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="torchrl-mask bench learn --action-spaces", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    parser.add_argument("--spaces", nargs="+", choices=list(ACTION_SPACES), default=list(ACTION_SPACES))
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[64, 256])
+    parser.add_argument("--observations", nargs="+", choices=("box", "dict"), default=["box", "dict"])
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per cell (after one warm-up)")
+    parser.add_argument("--timesteps", type=int, default=2048, help="total_timesteps of each learn call")
+    parser.add_argument("--n-envs", type=int, default=16)
+    parser.add_argument("--n-steps", type=int, default=64)
+    parser.add_argument("--n-epochs", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the grid and print a Markdown table, one row per cell, the worst cost of masking last.
+
+    :param argv: command-line arguments (``sys.argv[1:]`` when None).
+    :return: 0 on success; 1 if sb3-contrib and ours learned different parameters in some cell.
+    """
+    args = _parse(argv)
+    torch.set_num_threads(args.threads)
+    print(
+        f"learn({args.timesteps}): {args.n_envs} DummyVecEnv envs, n_steps={args.n_steps}, n_epochs={args.n_epochs}, "
+        f"torch threads={args.threads}, rounds={args.rounds} (+1 warm-up)\n"
+    )
+    print("| action space | obs | batch | PPO, no masks (s) | sb3-contrib (s) | ours (s) | ours / PPO | floor / PPO | "
+          "sb3-contrib / ours |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+    ok, costs = True, []
+    for space, obs, batch_size in itertools.product(args.spaces, args.observations, args.batch_sizes):
+        cell = time_cell(space, obs == "dict", batch_size, args)
+        if cell is None:
+            print(f"| {space} | {obs} | {batch_size} | FAIL: sb3-contrib and ours learned different parameters |")
+            ok = False
+            continue
+        costs.append((cell["cost"], space, obs, batch_size))
+        print(
+            f"| {space} | {obs} | {batch_size} | {cell['PPO']:.3f} | {cell['sb3-contrib']:.3f} | {cell['ours']:.3f} "
+            f"| {cell['cost']:.2f}x | {cell['floor']:.2f}x | {cell['speedup']:.2f}x |",
+            flush=True,
+        )
+    if costs:
+        worst = max(costs)
+        print(f"\nworst cost of masking: {worst[0]:.2f}x ({worst[1]}, {worst[2]}, batch {worst[3]})")
+    return 0 if ok else 1
