@@ -20,11 +20,8 @@ from sb3_contrib.common.envs import (
 from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 
-from torchrl_mask import (
-    MaskablePolicyModule,
-    MaskablePPO,
-    stock,
-)
+from torchrl_mask import MaskablePolicyModule, MaskablePPO
+from torchrl_mask.fastpath import stock
 
 # ------------------------------------------------------------------------------------- policy module
 

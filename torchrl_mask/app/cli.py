@@ -328,7 +328,7 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _train(config: TrainConfig) -> int:
-    from torchrl_mask import training  # the heavy imports, only now that there is something to train
+    from torchrl_mask.app import training  # the heavy imports, only now that there is something to train
 
     source = training.describe_masks(config)
     rollouts = "SB3's DummyVecEnv" if config.collector is None else COLLECTOR_TEXT[config.collector]

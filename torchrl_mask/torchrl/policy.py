@@ -40,7 +40,7 @@ from torchrl_mask.distributions import MaskedCategoricals
 from torchrl_mask.fastpath.stock import _PlainLayers, plain_layers, values_and_logits
 from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.masks import mask_spec
-from torchrl_mask.torchrl.workers import refuse_unguarded_spawn
+from torchrl_mask.torchrl.workers import worker_job_pickled, worker_job_unpickled
 
 __all__ = ["MaskablePolicyModule", "default_observation_keys"]
 
@@ -123,14 +123,18 @@ class _SB3Forward(nn.Module):
         # What a worker process receives: the policy without its optimizer, and with a fresh action
         # distribution (SB3 keeps the last one, whose logits carry the autograd graph of the last update and
         # cannot cross a process boundary). The learner's policy is left as it is.
-        refuse_unguarded_spawn()  # before a spawned worker is started from an unguarded script
         state = self.__dict__.copy()
+        state["_errors_parent"] = worker_job_pickled()  # refuses an unguarded script; where errors go
         state["_plain"] = False  # found again, on the worker's own modules
         shipped = copy.copy(self.policy)
         shipped.__dict__ = {k: v for k, v in self.policy.__dict__.items() if k != "optimizer"}
         shipped.action_dist = make_masked_proba_distribution(self.policy.action_space)
         state["_modules"] = {**state["_modules"], "policy": shipped}
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        worker_job_unpickled(state.pop("_errors_parent", None))  # in a spawned worker: record what ends it
+        super().__setstate__(state)
 
 
 class MaskablePolicyModule(TensorDictModule):

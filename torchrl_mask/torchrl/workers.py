@@ -12,8 +12,9 @@ Three more guards:
 
 - :func:`orphan_guard`: a small watcher process kills the workers if the learner dies without shutting the
   collector down (``SIGKILL``, out of memory), so that a worker stuck in its env is not left behind.
-- A worker process that imports this package records the exception that ends it, so that the learner can
-  carry its type and message in :class:`CollectorFailed` (spawned workers only; a forked worker prints it).
+- A spawned worker that receives a :class:`~torchrl_mask.MaskablePolicyModule` records the exception that ends
+  it (:func:`worker_job_unpickled`), so that the learner can carry its type and message in
+  :class:`CollectorFailed` (a forked worker prints it). Nothing is done at import.
 - :func:`refuse_unguarded_spawn`: a script that starts worker processes at its top level, outside
   ``if __name__ == "__main__":``, is stopped with one clear error before any worker starts (each spawned worker
   re-imports the script and would start workers of its own, while TorchRL waits for them forever).
@@ -40,14 +41,20 @@ from typing import Any, TypeVar
 
 from torchrl.collectors import BaseCollector
 
-__all__ = ["CollectorFailed", "guarded", "orphan_guard", "refuse_unguarded_spawn", "shutdown"]
+__all__ = [
+    "CollectorFailed",
+    "guarded",
+    "orphan_guard",
+    "refuse_unguarded_spawn",
+    "shutdown",
+    "worker_job_pickled",
+    "worker_job_unpickled",
+]
 
 _T = TypeVar("_T")
 _POLL_SECONDS = 0.2
 _SHUTDOWN_SECONDS = 10.0
 _SILENT_GRACE_SECONDS = 2.0
-# Where worker processes started by this process record the exception that ended them (inherited by spawn).
-_ERRORS_ENV = "TORCHRL_MASK_WORKER_ERRORS"
 
 
 class CollectorFailed(RuntimeError):
@@ -264,11 +271,37 @@ def _recorded_error(pid: int | None) -> str | None:
         return None
 
 
-def _record_errors_in_this_worker() -> None:
-    """In a spawned worker (this package imported while the worker unpickles its job), record the exception
-    that ends the worker where its parent reads it (:func:`_recorded_error`)."""
-    parent = os.environ.get(_ERRORS_ENV)
-    if parent is None or parent != str(os.getppid()):
+_CLEANUP_REGISTERED: set[int] = set()
+
+
+def worker_job_pickled() -> int:
+    """Called while this process pickles a worker's job (the policy module): refuse an unguarded script, and
+    make sure the folder the worker may record its error in is removed when this process exits.
+
+    :return: this process's pid, which the job carries to the worker (see :func:`worker_job_unpickled`).
+    :raises RuntimeError: from :func:`refuse_unguarded_spawn`.
+    """
+    refuse_unguarded_spawn()
+    pid = os.getpid()
+    if pid not in _CLEANUP_REGISTERED:
+        _CLEANUP_REGISTERED.add(pid)
+        atexit.register(shutil.rmtree, _errors_dir(pid), ignore_errors=True)
+    return pid
+
+
+def worker_job_unpickled(parent_pid: int | None) -> None:
+    """Called while a spawned worker unpickles its job: from then on, the exception that ends this worker is
+    recorded where ``parent_pid`` reads it (:func:`_recorded_error`).
+
+    The worker's own ``BaseProcess.run`` is wrapped: this changes nothing in the learner's process, and only a
+    process spawned for this job (multiprocessing's ``_inheriting`` flag is set while it unpickles its job),
+    which ends with the job. Elsewhere (the learner unpickling a copy of a policy module) it does nothing.
+
+    :param parent_pid: the pid of the process that pickled the job; None does nothing.
+    """
+    if parent_pid is None or not getattr(multiprocessing.current_process(), "_inheriting", False):
+        return
+    if getattr(BaseProcess.run, "_records_errors_for", None) is not None:
         return
     original = BaseProcess.run
 
@@ -276,20 +309,14 @@ def _record_errors_in_this_worker() -> None:
         try:
             original(self)
         except Exception as error:
-            folder = _errors_dir(int(parent))
+            folder = _errors_dir(parent_pid)
             with contextlib.suppress(OSError):
                 folder.mkdir(exist_ok=True)
                 (folder / f"{os.getpid()}.txt").write_text(f"{type(error).__name__}: {_first_line(error)}")
             raise
 
+    run._records_errors_for = parent_pid  # type: ignore[attr-defined]
     BaseProcess.run = run  # type: ignore[method-assign]  # this worker's own class, in its own interpreter
-
-
-if getattr(multiprocessing.current_process(), "_inheriting", False):  # a spawned worker, being set up
-    _record_errors_in_this_worker()
-else:  # a process that may start workers: they inherit where to record their errors
-    os.environ[_ERRORS_ENV] = str(os.getpid())
-    atexit.register(shutil.rmtree, _errors_dir(os.getpid()), ignore_errors=True)
 
 
 # -------------------------------------------------------------------- unguarded scripts under spawn
