@@ -1,10 +1,11 @@
 """The versions of torch, TorchRL, tensordict, SB3 and sb3-contrib this package supports, checked at import.
 
-torchrl_mask uses a few private attributes of these libraries (SB3's ``_setup_learn`` and
-``_update_current_progress_remaining``, sb3-contrib's policy internals, torch's forward-hook registries, TorchRL
-0.14's layouts), so a release outside the tested range may break it in ways that only show up mid-training. The
-supported ranges are the package's own requirements (``pyproject.toml``), read back from the installed metadata so
-that they are stated once; the check reads version strings only and imports none of those libraries.
+torchrl_mask uses a few private names of these libraries (each listed, with where it is used, in
+``tests/test_private_api.py``: torch's hook registries and ``_foreach`` ops, SB3's ``collect_rollouts`` state and
+hooks, sb3-contrib's policy and recurrent-buffer hooks, TorchRL's collector internals), so a release outside the
+tested range may break it in ways that only show up mid-training. The supported ranges are the package's own
+requirements (``pyproject.toml``), read back from the installed metadata so that they are stated once; the check
+reads version strings only and imports none of those libraries.
 """
 
 from __future__ import annotations

@@ -281,6 +281,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="VARIANT",
         help="variants to report as skipped if the installed buffers reject their arguments (else an error)",
     )
+    _add_how_to_run(parser)
+    return parser
+
+
+def _add_how_to_run(parser: argparse.ArgumentParser) -> None:
+    """The arguments of how the cells run and where the results go."""
     parser.add_argument("--rounds", type=_positive_int, default=7, help="measured rounds per cell (default 7)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument(
@@ -304,7 +310,6 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MARKDOWN",
         help=f"also write the report between the {report.BEGIN} and {report.END} lines of these files",
     )
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

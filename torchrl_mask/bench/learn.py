@@ -23,7 +23,8 @@ libraries since the parameters are the same) stayed as measured.
 
 Run it as ``torchrl-mask bench learn`` or ``python benchmarks/bench_ppo.py`` (a few minutes); ``--help`` for the
 knobs. SB3's default shape: ``--n-steps 2048 --n-epochs 10 --timesteps 16384``. ``--action-spaces`` runs the
-action-space grid instead (:mod:`torchrl_mask.bench.spaces`: SB3's unmasked PPO, sb3-contrib and ours).
+action-space grid instead (:mod:`torchrl_mask.bench.spaces`: SB3's unmasked PPO, sb3-contrib and ours), and
+``--fast-paths`` what each fast path buys (:mod:`torchrl_mask.bench.fastpaths`).
 """
 
 from __future__ import annotations
@@ -224,6 +225,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="the action-space grid instead: SB3's unmasked PPO, sb3-contrib and ours (its own knobs: "
         "torchrl-mask bench learn --action-spaces --help)",
     )  # fmt: skip
+    parser.add_argument(
+        "--fast-paths", action="store_true",
+        help="what each fast path buys instead: learn() with one path off against all on (its own knobs: "
+        "torchrl-mask bench learn --fast-paths --help)",
+    )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds per library (after one warm-up)")
     parser.add_argument("--timesteps", type=int, default=4096, help="total_timesteps of each learn call")
     parser.add_argument("--n-steps", type=int, default=256)
@@ -294,6 +300,10 @@ def main(argv: list[str] | None = None) -> int:
         from torchrl_mask.bench import spaces as benchmark_spaces
 
         return benchmark_spaces.main([arg for arg in argv if arg != "--action-spaces"])
+    if argv is not None and "--fast-paths" in argv:  # what each fast path buys
+        from torchrl_mask.bench import fastpaths
+
+        return fastpaths.main([arg for arg in argv if arg != "--fast-paths"])
     args = _parse(argv)
     torch.set_num_threads(args.threads)
     print(

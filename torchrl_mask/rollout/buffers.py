@@ -59,11 +59,10 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
     action mask, and is discarded after the policy update. Drop-in for sb3-contrib's buffer of the same
     name: same constructor, methods, attributes and minibatches.
 
-    SB3's arrays (``rewards``, ``values``, ``episode_starts``, ``action_masks`` ...) read and write the storage:
-    on the CPU most are numpy views of it; ``episode_starts`` and ``action_masks`` (bool in the storage, float32
-    in sb3-contrib) are float32 copies whose item assignments (``buf.episode_starts[1, :] = 1``) are written
-    back, so that GAE and minibatches see them as in sb3-contrib (see
-    :class:`torchrl_mask.rollout.sb3_arrays.SB3Array`).
+    SB3's arrays (``rewards``, ``values``, ``episode_starts``, ``action_masks`` ...) read and write the storage
+    (:class:`torchrl_mask.rollout.sb3_arrays.SB3Array`): on the CPU most are numpy views of it; ``episode_starts``
+    and ``action_masks`` (bool in the storage, float32 in sb3-contrib) are float32 copies whose item assignments
+    (``buf.episode_starts[1, :] = 1``) are written back, so that GAE and minibatches see them.
 
     :param buffer_size: steps per env in one rollout (``n_steps`` of the algorithm).
     :param observation_space: a Box, Discrete, MultiDiscrete or MultiBinary observation space.
@@ -342,12 +341,6 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         # torchrl_mask.rollout.minibatches.
         yield from map(self._samples_type, self._rollout.layout.column(columns[:n_obs]), *columns[n_obs:])
 
-    def _samples_from_rows(self, *rows: torch.Tensor) -> Any:
-        """The namedtuple of one minibatch's rows, in the order of
-        :meth:`torchrl_mask.rollout.tensordict_rollout.TensorDictRollout.flat_leaves`."""
-        n_obs = len(self._rollout.observations)
-        return self._samples_type(self._rollout.layout.pack(rows[:n_obs]), *rows[n_obs:])
-
     def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> Any:
         """The minibatch of the given env-major flat indices (SB3's hook behind ``sample``).
 
@@ -356,12 +349,15 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         :return: the samples namedtuple.
         """
         index = torch.as_tensor(np.asarray(batch_inds), dtype=torch.long, device=self.device)
-        rows = [tensor.index_select(0, index) for tensor in self._rollout.flat_leaves()]
+        rows = [tensor.index_select(0, index) for tensor in self._rollout.flat_leaves()]  # flat_leaves' order
         rows[-1] = float_masks(rows[-1])
-        return self._samples_from_rows(*rows)
+        n_obs = len(self._rollout.observations)
+        return self._samples_type(self._rollout.layout.pack(rows[:n_obs]), *rows[n_obs:])
 
 
-class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
+# Also sb3-contrib's Dict buffer, so that code checking isinstance(buf, MaskableDictRolloutBuffer) (or SB3's
+# DictRolloutBuffer) finds it; every method that class defines is overridden by MaskableRolloutBuffer.
+class MaskableDictRolloutBuffer(MaskableRolloutBuffer, sb3c_buffers.MaskableDictRolloutBuffer):  # type: ignore[misc]
     """Dict-observation rollout buffer for maskable on-policy algorithms, stored in a TensorDict.
 
     Extends :class:`MaskableRolloutBuffer` to Dict observation spaces, nested Dicts included: each leaf
@@ -402,9 +398,3 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer):
     def observations(self) -> dict[str, Any]:  # type: ignore[override]
         """Observations as SB3 holds them: ``{key: (buffer_size, n_envs, *shape)}``, nested for nested Dicts."""
         return self._rollout.layout.pack([to_numpy(leaf.transpose(0, 1)) for leaf in self._rollout.observations])
-
-
-# Both buffers subclass sb3-contrib's MaskableRolloutBuffer, which is what MaskablePPO asserts. The Dict buffer
-# is also registered with its sb3-contrib counterpart (BaseBuffer is an ABC), so that code checking
-# isinstance(buf, MaskableDictRolloutBuffer) or DictRolloutBuffer finds it where it expects it.
-sb3c_buffers.MaskableDictRolloutBuffer.register(MaskableDictRolloutBuffer)

@@ -24,10 +24,6 @@ __all__ = ["MaskArray", "MaskSpec", "mask_spec"]
 
 MaskArray = np.ndarray | torch.Tensor
 
-_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-_Tables = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bytes, bytes]  # _tables
-_less, _add = np.less, np.add  # with a positional out: cheaper than out=
-_WORD = {2: (np.uint16, torch.int16), 4: (np.uint32, torch.int32), 8: (np.uint64, torch.int64)}
 
 
 class MaskSpec:
@@ -45,7 +41,6 @@ class MaskSpec:
         self._starts = offsets[:-1]
         self._uniform = len(set(groups)) == 1
         self._limits = np.asarray(groups)
-        self._row_tables: dict[int, _Tables] = {}  # see _tables
 
     def __repr__(self) -> str:
         return f"MaskSpec(groups={self.groups}, size={self.size})"
@@ -93,8 +88,6 @@ class MaskSpec:
         :return: bool rows of shape ``(n_envs, size)``, a numpy array or a tensor as given.
         :raises ValueError: wrong shape.
         """
-        if type(masks) is np.ndarray and masks.dtype == np.bool_ and masks.shape == (n_envs, self.size):
-            return masks  # the common case, in one test
         masks = _mask_array(masks)
         shape = tuple(masks.shape)
         fits = (len(shape) >= 2 and shape[0] == n_envs and math.prod(shape[1:]) == self.size) or (
@@ -132,76 +125,35 @@ class MaskSpec:
         """
         n_rows = actions.shape[0]
         choices = actions.reshape(n_rows, len(self.groups))
-        if type(choices) is np.ndarray and choices.dtype.kind in "iu":
-            # Negative choices become huge in the unsigned view: one comparison with each choice's limit (a
-            # table of the choices' shape: no broadcast) checks both bounds. The gather of each choice's own mask
-            # entry goes beside it, clipped so that it cannot fail on a choice out of range (the comparison
-            # then fails); int64 (intp) indices spare take() a cast (and uint64 + int64 would give floats).
-            # Both are checked at once by comparing the scratch's bytes with all ones (one bytes comparison
-            # costs a fraction of np.count_nonzero); a True stored as another byte takes the exact count.
-            signed = choices.dtype.kind == "i"
-            unsigned = choices.view(_UNSIGNED[choices.dtype.itemsize]) if signed else choices
-            tables = self._row_tables.get(n_rows) or self._tables(n_rows)
-            limits, starts, flat_index, checked, in_range, own, all_true, in_range_true = tables
-            _less(unsigned, limits, in_range)
-            if rows is None:
-                if in_range.tobytes() == in_range_true:
-                    return
-                raise self._action_error(choices, None, row_label)
-            _add(choices if signed else unsigned.astype(np.int64), starts, flat_index)
-            mask_rows: np.ndarray = rows  # type: ignore[assignment]  # numpy rows for numpy choices
-            allowed: MaskArray = mask_rows.take(flat_index, None, own, "clip")
-            if checked.tobytes() == all_true:
-                return
-            if in_range.tobytes() != in_range_true:
-                raise self._action_error(choices, None, row_label)
-            if np.count_nonzero(own) == own.size:  # masks holding True as bytes other than 1 (bool views)
-                return
+        self._check_choices(choices, row_label)
+        if rows is None:
+            return
+        if isinstance(choices, np.ndarray):
+            allowed: MaskArray = rows.take(choices.astype(np.int64) + self._flat_starts(n_rows))
         else:
-            self._check_choices(choices, row_label)
-            if rows is None:
-                return
-            if isinstance(choices, np.ndarray):
-                allowed = rows.take(choices.astype(np.int64) + self._flat_starts(n_rows))
-            else:
-                index = choices.long() + torch.as_tensor(self._starts, device=choices.device)
-                allowed = torch.as_tensor(rows, device=choices.device).gather(1, index)
-            if bool(allowed.all()):
-                return
+            index = choices.long() + torch.as_tensor(self._starts, device=choices.device)
+            allowed = torch.as_tensor(rows, device=choices.device).gather(1, index)
+        if bool(allowed.all()):
+            return
         self.check(rows, n_rows, row_label)  # an empty row is the mask's fault: say that first
         raise self._action_error(choices, allowed, row_label)
 
     def _check_choices(self, choices: MaskArray, row_label: Callable[[int], str] | None) -> None:
-        """The general range check: bool, float or tensor choices, integral and in range."""
+        """Each choice integral and in its group's range ``[0, n)``; bool, integer, float or tensor choices."""
         limits: MaskArray = self._limits
         if isinstance(choices, torch.Tensor):
             limits = torch.as_tensor(self._limits, device=choices.device)
             choices = choices.long() if choices.dtype == torch.bool else choices
+        elif choices.dtype.kind in "iub":
+            if bool(((choices >= 0) & (choices < limits)).all()):
+                return
+            raise self._action_error(choices, None, row_label)
         if not bool(((choices >= 0) & (choices < limits) & (choices % 1 == 0)).all()):
             raise self._action_error(choices, None, row_label)
 
     def _flat_starts(self, n_rows: int) -> np.ndarray:
-        """Flat index of each row's group starts in ``(n_rows, size)`` rows."""
-        return self._tables(n_rows)[1]  # (limits, starts, ...)
-
-    def _tables(self, n_rows: int) -> _Tables:
-        """The constants and scratch of :meth:`check_actions` for ``(n_rows, n_groups)`` choices, made once per row
-        count: each choice's exclusive upper bound (uint64, for the unsigned view), the flat index of its group's
-        start in ``(n_rows, size)`` rows (int64, numpy's index type), scratch for the flat index of each choice
-        in the rows, a bool ``(2, n_rows, n_groups)`` scratch,
-        its halves (each choice in range; each allowed by its own mask), and the bytes of the scratch and of its
-        first half when all is True."""
-        tables = self._row_tables.get(n_rows)
-        if tables is None:
-            shape = (n_rows, len(self.groups))
-            limits = np.ascontiguousarray(np.broadcast_to(self._limits.astype(np.uint64), shape))
-            starts = np.arange(n_rows, dtype=np.int64)[:, None] * self.size + self._starts.astype(np.int64)
-            index = np.empty(shape, dtype=np.int64)
-            checked = np.zeros((2, *shape), dtype=np.bool_)
-            true = np.ones_like(checked).tobytes()
-            parts = (checked, checked[0], checked[1], true, true[::2])
-            tables = self._row_tables[n_rows] = (limits, starts, index, *parts)
-        return tables
+        """``(n_rows, n_groups)``: the flat index, in ``(n_rows, size)`` rows, of each row's group starts."""
+        return np.arange(n_rows, dtype=np.int64)[:, None] * self.size + self._starts.astype(np.int64)
 
     def _action_error(
         self, choices: MaskArray, allowed: MaskArray | None, row_label: Callable[[int], str] | None
@@ -226,26 +178,13 @@ class MaskSpec:
         )
 
     def _all_allowed(self, rows: MaskArray) -> bool:
-        """Whether every group of every row allows a choice: :meth:`_allowed_groups` reduced, in as few numpy
-        calls as the layout allows (this runs on every ``add``): one group (Discrete) is a row not all False;
-        groups of 2, 4 or 8 are machine words that must all be non-zero; other groups reduce at their starts."""
-        if not isinstance(rows, np.ndarray):
-            return bool(self._allowed_groups(rows).all())
-        if len(self.groups) == 1:
+        """Whether every group of every row allows a choice (this runs on every ``add``)."""
+        if isinstance(rows, np.ndarray) and len(self.groups) == 1:
             return bool(rows.any(axis=1).all())
-        if self._uniform and self.groups[0] in _WORD:
-            return bool(np.ascontiguousarray(rows).view(_WORD[self.groups[0]][0]).all())
-        return bool(np.logical_or.reduceat(rows, self._starts, axis=1).all())
+        return bool(self._allowed_groups(rows).all())
 
     def _allowed_groups(self, rows: MaskArray) -> MaskArray:
         """``(n_envs, n_groups)``: whether each group of each row allows at least one choice."""
-        if self._uniform and self.groups[0] in _WORD:
-            # Groups of 2, 4 or 8 booleans are whole machine words: a group allows a choice iff its word is
-            # non-zero: one comparison instead of any() over a short last axis (MultiBinary).
-            numpy_word, torch_word = _WORD[self.groups[0]]
-            if isinstance(rows, torch.Tensor):
-                return rows.contiguous().view(torch_word) != 0
-            return np.ascontiguousarray(rows).view(numpy_word) != 0
         if self._uniform:
             return cast(MaskArray, rows.reshape(rows.shape[0], len(self.groups), self.groups[0]).any(-1))
         if isinstance(rows, torch.Tensor):
