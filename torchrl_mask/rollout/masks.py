@@ -25,7 +25,6 @@ __all__ = ["MaskArray", "MaskSpec", "mask_spec"]
 MaskArray = np.ndarray | torch.Tensor
 
 
-
 class MaskSpec:
     """How a mask is laid out for one action space.
 
