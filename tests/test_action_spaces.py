@@ -1,5 +1,6 @@
 """Large and uneven action spaces: MaskablePPO learns sb3-contrib's parameters bit for bit through the one masked
-distribution (torchrl_mask.distributions), in the VecEnv rollout, the collectors' policy module and train().
+distribution (torchrl_mask.distributions), in the VecEnv rollout, the collectors' policy module and train(), on
+the VecEnv path and through a TorchRL collector.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import torch
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import DummyVecEnv
 from tensordict import TensorDict
+from torchrl.collectors import Collector
 
-from torchrl_mask import MaskablePolicyModule, MaskablePPO
+from torchrl_mask import MaskablePolicyModule, MaskablePPO, masked_gym_env
 from torchrl_mask.algorithms.vecenv_source import fast_rollout
 from torchrl_mask.rollout.masks import mask_spec
 
@@ -94,3 +96,27 @@ def test_the_collectors_policy_module_gives_sb3_contribs_log_probs_bit_for_bit(n
     assert torch.equal(out["action_log_prob"], log_prob)
     offsets = torch.as_tensor(np.cumsum([0, *mask_spec(space).groups[:-1]]))
     assert bool(mask.gather(1, actions.long() + offsets).all())
+
+
+@pytest.mark.parametrize("name", list(SPACES))
+def test_parameters_after_ten_updates_through_a_torchrl_collector_are_sb3_contribs_bit_for_bit(name: str) -> None:
+    # One env, the same one on both sides: sb3-contrib steps it in a DummyVecEnv, ours through TorchRL's Collector
+    # running MaskablePolicyModule (the one masked distribution drawing from torch's global generator as
+    # sb3-contrib does); extend() then computes GAE on the batch. Both generators are seeded right before learn,
+    # after the collector's construction (which runs the policy once on a fake step).
+    space = SPACES[name]
+    kwargs: dict[str, Any] = {"n_steps": 16, "batch_size": 16, "n_epochs": 2, "seed": 0, "device": "cpu",
+                              "policy_kwargs": {"net_arch": [16]}}  # fmt: skip
+    ref = sb3_contrib.MaskablePPO("MlpPolicy", DummyVecEnv([lambda: ShiftingMaskEnv(space, seed=0)]), **kwargs)
+    torch.manual_seed(1)
+    np.random.seed(1)
+    ref.learn(16 * 10)
+    ours = MaskablePPO("MlpPolicy", ShiftingMaskEnv(space, seed=99), **kwargs)
+    collector = Collector(lambda: masked_gym_env(ShiftingMaskEnv(space, seed=0)), MaskablePolicyModule(ours.policy),
+                          frames_per_batch=16, total_frames=-1)  # fmt: skip
+    torch.manual_seed(1)
+    np.random.seed(1)
+    ours.learn(16 * 10, collector=collector)
+    assert ours.num_timesteps == ref.num_timesteps == 160
+    for key, value in ref.policy.state_dict().items():
+        assert torch.equal(ours.policy.state_dict()[key], value), key

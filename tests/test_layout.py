@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -119,3 +120,21 @@ def test_import_torchrl_mask_loads_neither_the_command_nor_the_benchmark() -> No
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]", loaded
+
+
+def test_how_it_works_walks_the_tree_as_it_is() -> None:
+    # docs/how-it-works.md tells a newcomer where each part lives; every folder and module it names must exist,
+    # and its tree must list every folder of the package.
+    page = (PACKAGE.parent / "docs" / "how-it-works.md").read_text()
+    walk = page.split("## Where each part lives")[1]
+    tree = walk.split("```")[1]
+    folders = {
+        line.split()[0].rstrip("/")
+        for line in tree.splitlines()[2:]
+        if line.startswith("  ") and line.split()[0].endswith("/")
+    }
+    assert folders == {path.parent.name for path in PACKAGE.glob("*/__init__.py")}, folders
+    named = set(re.findall(r"`([a-z_]+(?:/[a-z_]+)?\.py)`", walk))
+    assert len(named) >= 10
+    for path in named:
+        assert (PACKAGE / path).is_file(), f"docs/how-it-works.md names torchrl_mask/{path}, which does not exist"
