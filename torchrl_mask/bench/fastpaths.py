@@ -17,7 +17,9 @@ would have run (the path's own fallback), for the duration of one ``learn`` call
 Each cell is a workload of :mod:`torchrl_mask.bench.learn` at a shape; variants run in rotating order within a
 round, so that the machine's load of the moment hits all alike. Reported per path and cell: the median over rounds
 of ``time(path off) / time(all on)``, i.e. how many times slower ``learn()`` is without it (1.05x: the path buys
-5%). Run it as ``torchrl-mask bench learn --fast-paths`` (``--help`` for the knobs).
+5%). Times are this process's CPU seconds in ``learn`` (the workloads' envs run in-process, torch on one thread),
+which other load on a shared machine disturbs far less than wall time. Run it as
+``torchrl-mask bench learn --fast-paths`` (``--help`` for the knobs).
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ def time_variant(path: str | None, cell: str, args: argparse.Namespace) -> tuple
     :param path: a key of :data:`PATHS`, or None for all paths on.
     :param cell: a key of :data:`CELLS`.
     :param args: the parsed command line (``seed`` and the env's knobs of :mod:`torchrl_mask.bench.learn`).
-    :return: wall seconds in ``learn``, and the learned parameters.
+    :return: CPU seconds of this process in ``learn`` (the envs are stepped in this process; CPU time is far less
+        sensitive than wall time to other load on a shared machine), and the learned parameters.
     """
     workload, n_steps, batch_size, n_epochs, timesteps = CELLS[cell]
     env = make_vec_env(workload, args)
@@ -104,9 +107,9 @@ def time_variant(path: str | None, cell: str, args: argparse.Namespace) -> tuple
         )
         model.set_logger(Logger(None, []))
         with switched_off(path):
-            start = time.perf_counter()
+            start = time.process_time()
             model.learn(timesteps)
-            seconds = time.perf_counter() - start
+            seconds = time.process_time() - start
     finally:
         env.close()
     return seconds, {k: v.detach().clone() for k, v in model.policy.state_dict().items()}
@@ -168,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         gains[cell] = result
         print(f"{cell}: " + ", ".join(f"{path} {gain:.3f}x" for path, gain in result.items()), flush=True)
-    header = f"path (learn() time with it off / all on, median of {args.rounds} rounds)"
+    header = f"path (learn() CPU time with it off / all on, median of {args.rounds} rounds)"
     print(f"\n| {header} | " + " | ".join(args.cells) + " |")
     print("|---|" + "---:|" * len(args.cells))
     for path in args.paths:
