@@ -343,3 +343,16 @@ def test_can_i_use_table_says_what_running_it_gives(
     assert set(documented) == set(PATHS), f"{title}: columns {sorted(documented)}"
     observed = {path: _works(path, obs_space, act_space, convention) for path in PATHS}
     assert observed == documented, f"{title} / {label}: running it gives {observed}, the page says {documented}"
+
+
+@pytest.mark.slow
+def test_the_first_example_of_the_readme_and_the_site_runs_as_written(tmp_path: Path) -> None:
+    blocks = [
+        (REPO / page).read_text().split("## In ten lines")[1].split("```python\n")[1].split("```")[0]
+        for page in ("README.md", "docs/index.md")
+    ]
+    assert blocks[0] == blocks[1], "README.md and docs/index.md show different first examples"
+    run = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", blocks[0]], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "TensorDict(" in run.stdout and "action_mask" in run.stdout
