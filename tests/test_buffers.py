@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -508,8 +510,9 @@ def test_extend_given_a_plain_dict_raises_naming_tensordict_and_writes_nothing()
 def test_a_memmap_dir_that_is_a_file_or_under_one_is_refused_naming_the_fix(tmp_path):
     file = tmp_path / "notes.txt"
     file.write_text("mine\n")
-    for memmap_dir, where in ((file, "is an existing file"), (file / "rollouts", f"lies under {file}, which is a file")):
-        with pytest.raises(ValueError, match=rf"{where}: it must be a folder.*Pass a folder \(created if missing\)"):
+    cases = ((file, "is an existing file"), (file / "rollouts", f"lies under {file}, which is a file"))
+    for memmap_dir, where in cases:
+        with pytest.raises(ValueError, match=rf"{re.escape(where)}: it must be a folder.*Pass a folder \(created"):
             MaskableRolloutBuffer(4, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu", storage="memmap",
                                   memmap_dir=memmap_dir)  # fmt: skip
     assert file.read_text() == "mine\n" and sorted(tmp_path.iterdir()) == [file]
