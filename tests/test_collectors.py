@@ -47,6 +47,7 @@ from torchrl.envs.custom import TicTacToeEnv
 
 from torchrl_mask import (
     ActionMaskInInfo,
+    CollectorFailed,
     MaskablePolicyModule,
     MaskablePPO,
     MaskableRolloutBuffer,
@@ -459,3 +460,12 @@ def test_a_second_learn_on_a_collector_the_first_shut_down_is_refused_naming_shu
     with pytest.raises(RuntimeError, match=r"Collector has been shut down.*pass shutdown=False to the learn\(\)"):
         model.learn(16, collector=collector, reset_num_timesteps=False)
     assert model.num_timesteps == 16
+
+
+def test_a_collector_that_runs_out_of_frames_ends_in_collector_failed_naming_total_frames() -> None:
+    model = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=16, batch_size=16, policy_kwargs=SMALL)
+    collector = Collector(invalid_discrete_env, MaskablePolicyModule(model.policy), frames_per_batch=16,
+                          total_frames=32)  # fmt: skip
+    with pytest.raises(CollectorFailed, match=r"stopped after 32 steps.*create it with total_frames=-1"):
+        model.learn(64, collector=collector)
+    assert model.num_timesteps == 32
