@@ -82,6 +82,18 @@ def invalid_discrete_env() -> Any:
     return masked_gym_env(StrictMask(InvalidActionEnvDiscrete(dim=8, n_invalid_actions=5), "method"))
 
 
+def seeded_invalid_discrete_env(seed: int) -> Any:
+    """``invalid_discrete_env`` with every random number it and its worker draw seeded: the env's state and
+    invalid actions (numpy's global generator and the space's), and the policy's samples (torch's global
+    generator of the worker process, which the policy copy there draws from)."""
+    torch.set_num_threads(1)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    env = InvalidActionEnvDiscrete(dim=8, n_invalid_actions=5)
+    env.action_space.seed(seed)
+    return masked_gym_env(StrictMask(env, "method"))
+
+
 def two_invalid_discrete_envs() -> Any:
     """A worker's batched env: two masked envs in one TorchRL SerialEnv, one policy call for both."""
     torch.set_num_threads(1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -471,6 +473,10 @@ BAD_BATCHES = {
     "inf value": (lambda b: b["state_value"].__setitem__((0, 3), np.inf), "'state_value' is inf at env 0, step 3"),
     "action out of range": (lambda b: b["action"].__setitem__((1, 1, 2), 4), "env 1, step 1 (sub-action 2) is 4"),
     "action the mask forbids": (_forbid_batch_action, "env 0, step 0 (sub-action 1) is 1, which is forbidden"),
+    "masks of another width": (
+        lambda b: b.set("action_mask", torch.ones(2, 4, 7, dtype=torch.bool)),
+        "has shape (2, 4, 7) (width 7), but MultiDiscrete([3 2 4]) needs masks of width 9: give (2, 4, 9)",
+    ),
     "300 into a uint8 image": (
         lambda b: b.set(("observation", "image"), b["observation", "image"].long().fill_(300)),
         "observation 'image' holds 300",
@@ -490,6 +496,26 @@ def test_extend_refuses_a_bad_batch_and_writes_nothing(bad):
     assert (buf.pos, buf.full) == (0, False)
     for key, value in before.items(include_nested=True, leaves_only=True):
         torch.testing.assert_close(buf.tensordict.get(key), value, rtol=0, atol=0, equal_nan=True, msg=str(key))
+
+
+def test_extend_given_a_plain_dict_raises_naming_tensordict_and_writes_nothing():
+    batch, buf = _batch_and_buffer()
+    before = buf.tensordict.clone()
+    with pytest.raises(TypeError, match=r"extend\(\) takes a TensorDict .*, got a dict: wrap it, e\.g\. TensorDict\("):
+        buf.extend(batch.to_dict())
+    assert (buf.pos, buf.full) == (0, False)
+    assert (buf.tensordict == before).all()
+
+
+def test_a_memmap_dir_that_is_a_file_or_under_one_is_refused_naming_the_fix(tmp_path):
+    file = tmp_path / "notes.txt"
+    file.write_text("mine\n")
+    cases = ((file, "is an existing file"), (file / "rollouts", f"lies under {file}, which is a file"))
+    for memmap_dir, where in cases:
+        with pytest.raises(ValueError, match=rf"{re.escape(where)}: it must be a folder.*Pass a folder \(created"):
+            MaskableRolloutBuffer(4, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu", storage="memmap",
+                                  memmap_dir=memmap_dir)  # fmt: skip
+    assert file.read_text() == "mine\n" and sorted(tmp_path.iterdir()) == [file]
 
 
 # ------------------------------------------------------ episode_starts and action_masks write through

@@ -27,6 +27,8 @@ TINY = ["--steps", "256", "--hyperparams", "n_envs=2", "n_steps=64", "--eval-epi
 # policy played without masks soon picks an action the mask forbids.
 STRICT_ENVS = textwrap.dedent(
     '''
+    import inspect
+
     import gymnasium as gym
     import numpy as np
     from gymnasium import spaces
@@ -56,6 +58,17 @@ STRICT_ENVS = textwrap.dedent(
 
 
     gym.register("Strict-v0", entry_point=StrictEnv)
+
+
+    class InterruptedEnv(StrictEnv):
+        """Ctrl-C as the training envs are made (inside SB3's DummyVecEnv), before any of them wrote a file."""
+
+        def __init__(self):
+            if any(frame.function == "__init__" and "dummy_vec_env" in frame.filename for frame in inspect.stack()):
+                raise KeyboardInterrupt
+
+
+    gym.register("Interrupted-v0", entry_point=InterruptedEnv)
     '''
 )
 
@@ -86,6 +99,15 @@ BAD_INPUT = {
         "leaves a last minibatch of one row",
     ),
     "batch_size_1": (["--hyperparams", "batch_size=1"], "use batch_size >= 2"),
+    "activation_with_arguments": (
+        ["--hyperparams", "policy_kwargs=dict(activation_fn=nn.Threshold)"],
+        "activation_fn=nn.Threshold needs constructor arguments (threshold, value)",
+    ),
+    "n_timesteps_1e30": (["-n", "1" + "0" * 30], "expected a positive integer up to 4,611,686,018,427,387,904, got"),
+    "policy_kwargs_with_trained_agent": (
+        ["-i", "{tmp}/no_data.zip", "--hyperparams", "policy_kwargs=dict(net_arch=[8])"],
+        "keeps the saved model's policy (its net_arch and activation_fn), which --hyperparams policy_kwargs cannot",
+    ),
 }
 
 
@@ -228,3 +250,23 @@ def test_a_folder_another_run_is_writing_to_is_refused_even_with_overwrite(tmp_p
     assert run.returncode == 2, run.stderr
     assert f"another torchrl-mask train (pid {os.getpid()}) is writing to it" in run.stderr
     assert sorted(path.name for path in out.iterdir()) == [LOCK]
+
+
+@pytest.mark.slow
+def test_an_interrupt_before_anything_was_written_leaves_no_folder_behind(tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "run"
+    run = run_cli("--env", "strict_envs:Interrupted-v0", *TINY, "--out", str(out), env=_env_with(tmp_path))
+    assert run.returncode == 130, run.stderr
+    assert run.stderr.strip().splitlines() == ["torchrl-mask: interrupted before a model was saved; nothing to keep."]
+    assert not out.exists(), sorted(out.rglob("*"))  # neither the folder nor its monitor/ nor the lock
+
+
+@pytest.mark.slow
+def test_continuing_a_model_records_its_own_policy_kwargs_not_the_defaults(tmp_path: Path) -> None:
+    first = run_cli(*TINY, "--hyperparams", "policy_kwargs=dict(net_arch=[16])", "--out", str(tmp_path / "first"))
+    assert first.returncode == 0, first.stderr
+    again = run_cli(*TINY, "-i", str(tmp_path / "first" / "model.zip"), "--out", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr
+    recorded = json.loads((tmp_path / "again" / "evaluation.json").read_text())["config"]["hyperparams"]
+    assert recorded["policy_kwargs"] == {"net_arch": [16], "activation_fn": "nn.Tanh"}
+    assert MaskablePPO.load(tmp_path / "again" / "model.zip", device="cpu").policy.net_arch == [16]

@@ -39,11 +39,15 @@ from sb3_contrib.common.envs import (
 from sb3_contrib.common.maskable import buffers as sb3c
 from stable_baselines3.common.callbacks import BaseCallback
 from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
 from torchrl.collectors import Collector, MultiSyncCollector
 from torchrl.collectors.distributed import DistributedCollector, DistributedSyncCollector
+from torchrl.envs import GymWrapper, InitTracker, TransformedEnv
+from torchrl.envs.custom import TicTacToeEnv
 
 from torchrl_mask import (
     ActionMaskInInfo,
+    CollectorFailed,
     MaskablePolicyModule,
     MaskablePPO,
     MaskableRolloutBuffer,
@@ -416,3 +420,52 @@ def test_a_second_learn_on_the_same_collector_continues_its_batches_with_the_wei
     assert model.num_timesteps == 256
     check.check(rollouts=4)  # the third rollout, the first of the second learn, too
     assert worker_children() == []
+
+
+def test_learn_refuses_an_env_without_masks_naming_masked_gym_env() -> None:
+    """Without masks the policy has nothing to draw under: refused as the collector first calls it, and, for a
+    mask under another key, at the first batch, before a step is counted or stored."""
+    model = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=16, batch_size=16, policy_kwargs=SMALL)
+    unmasked = lambda: GymWrapper(InvalidActionEnvDiscrete(dim=8, n_invalid_actions=5))  # noqa: E731
+    with pytest.raises(ValueError, match=r"the env gives no masks\. Make it with torchrl_mask\.masked_gym_env"):
+        Collector(unmasked, MaskablePolicyModule(model.policy), frames_per_batch=16)
+    board = MaskablePPO("MlpPolicy", BoardSpaces(), n_steps=16, batch_size=16, policy_kwargs=SMALL)
+    module = MaskablePolicyModule(board.policy, observation_keys=["board"], mask_key="mask")  # TicTacToe's own key
+    collector = Collector(lambda: TransformedEnv(TicTacToeEnv(single_player=True), InitTracker()), module,
+                          frames_per_batch=16)  # fmt: skip
+    before = board.rollout_buffer.tensordict.clone()
+    with pytest.raises(ValueError, match=r"batch has no 'action_mask' entry.*RenameTransform"):
+        board.learn(32, collector=collector)
+    assert board.num_timesteps == 0
+    assert (board.rollout_buffer.tensordict == before).all()
+
+
+def test_learn_refuses_a_plain_tensordict_module_naming_maskable_policy_module() -> None:
+    model = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=16, batch_size=16, policy_kwargs=SMALL)
+    first = TensorDictModule(lambda obs: torch.zeros_like(obs), in_keys=["observation"], out_keys=["action"])
+    collector = Collector(invalid_discrete_env, first, frames_per_batch=16)
+    try:
+        with pytest.raises(TypeError, match=r"runs a TensorDictModule, not a MaskablePolicyModule.*"
+                                            r"MaskablePolicyModule\(model\.policy\)"):  # fmt: skip
+            model.learn(32, collector=collector)
+        assert model.num_timesteps == 0
+    finally:
+        collector.shutdown()
+
+
+def test_a_second_learn_on_a_collector_the_first_shut_down_is_refused_naming_shutdown_false() -> None:
+    model = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=16, batch_size=16, policy_kwargs=SMALL)
+    collector = Collector(invalid_discrete_env, MaskablePolicyModule(model.policy), frames_per_batch=16)
+    model.learn(16, collector=collector)
+    with pytest.raises(RuntimeError, match=r"Collector has been shut down.*pass shutdown=False to the learn\(\)"):
+        model.learn(16, collector=collector, reset_num_timesteps=False)
+    assert model.num_timesteps == 16
+
+
+def test_a_collector_that_runs_out_of_frames_ends_in_collector_failed_naming_total_frames() -> None:
+    model = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=16, batch_size=16, policy_kwargs=SMALL)
+    collector = Collector(invalid_discrete_env, MaskablePolicyModule(model.policy), frames_per_batch=16,
+                          total_frames=32)  # fmt: skip
+    with pytest.raises(CollectorFailed, match=r"stopped after 32 steps.*create it with total_frames=-1"):
+        model.learn(64, collector=collector)
+    assert model.num_timesteps == 32

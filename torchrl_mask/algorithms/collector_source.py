@@ -28,12 +28,12 @@ from stable_baselines3.common.callbacks import BaseCallback
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.collectors import BaseCollector
-from torchrl.collectors.distributed import DistributedSyncCollector
+from torchrl.collectors.distributed import DistributedSyncCollector, RayCollector
 
 from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.buffers import MaskableRolloutBuffer
 from torchrl_mask.torchrl.policy import MaskablePolicyModule
-from torchrl_mask.torchrl.workers import guarded
+from torchrl_mask.torchrl.workers import CollectorFailed, guarded
 
 if TYPE_CHECKING:
     from sb3_contrib import MaskablePPO
@@ -61,8 +61,12 @@ class CollectorRollout:
         collector, its batch stream and episode starts are continued (TorchRL ends a collector's workers when
         the iterator that drives them is dropped).
     :raises ValueError: ``use_masking`` is False: the collector's policy always draws under the envs' masks.
-    :raises TypeError: the collector is a ``DistributedSyncCollector`` (its batches lag the weights by one
-        update), or the model's rollout buffer has no ``extend()``.
+    :raises TypeError: the collector is a ``DistributedSyncCollector`` or a ``RayCollector(sync=False)`` over
+        several workers (their batches lag the weights by one update), its policy is not a
+        :class:`~torchrl_mask.MaskablePolicyModule`, or the model's rollout buffer has no ``extend()``.
+    :raises ValueError: the collector's ``MaskablePolicyModule`` is over another policy, or a ``RayCollector``
+        has no positive ``total_frames`` (it yields no batch with ``-1``).
+    :raises RuntimeError: the collector was shut down (by an earlier ``learn()``, or ``collector.shutdown()``).
     """
 
     def __init__(
@@ -80,12 +84,7 @@ class CollectorRollout:
                 "use_masking=False is not available with a collector: its MaskablePolicyModule always draws "
                 "under the envs' masks. Drop use_masking, or learn from the VecEnv (collector=None)."
             )
-        if isinstance(collector, DistributedSyncCollector):
-            raise TypeError(
-                "DistributedSyncCollector collects each batch before the last update's weights reach its workers "
-                "(off-policy by one update) and has no update_policy_weights_(); use "
-                "torchrl.collectors.distributed.DistributedCollector(..., sync=True) for on-policy batches."
-            )
+        _refuse_collector(collector)
         if not isinstance(model.rollout_buffer, MaskableRolloutBuffer):
             raise TypeError(
                 f"Learning from a collector needs torchrl_mask's rollout buffer (it has extend()); the model has "
@@ -93,12 +92,7 @@ class CollectorRollout:
                 f"None or a torchrl_mask buffer."
             )
         shipped = getattr(collector, "policy", None)
-        if isinstance(shipped, MaskablePolicyModule) and shipped.policy is not model.policy:
-            raise ValueError(
-                "The collector runs a MaskablePolicyModule over another policy than this model's: its actions and "
-                "log-probabilities would not be this model's, and the weights learn() trains would never reach it. "
-                "Build the collector with MaskablePolicyModule(model.policy) of the model that learns."
-            )
+        _refuse_policy(shipped, model)
         if observation_keys is None:
             observation_keys = shipped.observation_keys if isinstance(shipped, MaskablePolicyModule) else None
         self.model = model
@@ -121,6 +115,13 @@ class CollectorRollout:
         model = self.model
         callback.on_rollout_start()
         batch = self._next_batch()
+        if st.ACTION_MASK not in batch.keys(True):
+            raise ValueError(
+                f"The collector's batch has no {st.ACTION_MASK!r} entry (its keys: "
+                f"{sorted(map(str, batch.keys(True, True)))}): learn() reads the masks the actions were drawn under "
+                f"there. Make the envs with torchrl_mask.masked_gym_env (it writes {st.ACTION_MASK!r}), or rename "
+                "the env's mask entry with TorchRL's RenameTransform."
+            )
         self.module.add_next_state_value(batch)
         buffer = self._buffer_for(batch.shape[0], batch.shape[1])
         buffer.reset()
@@ -153,7 +154,12 @@ class CollectorRollout:
         if self._batches is None:
             self._batches = iter(self.collector)
         batches = self._batches
-        batch = guarded(lambda: next(batches), self.collector, "collecting a batch", self.batch_timeout)
+        batch = guarded(lambda: next(batches, None), self.collector, "collecting a batch", self.batch_timeout)
+        if batch is None:
+            raise CollectorFailed(
+                f"The collector stopped after {self.model.num_timesteps:,} steps, before total_timesteps were "
+                f"collected: {_more_frames(self.collector)}"
+            )
         if batch.ndim == 1:
             return batch.unsqueeze(0)
         if batch.ndim > 2:  # workers that each run a batched env: (workers, envs, T) -> (workers * envs, T)
@@ -177,6 +183,67 @@ class CollectorRollout:
             )
             model.rollout_buffer = buffer
         return buffer
+
+
+def _more_frames(collector: BaseCollector) -> str:
+    """How to create ``collector`` so that it gives every batch learn() asks for."""
+    if isinstance(collector, RayCollector):
+        return "create the RayCollector with total_frames of at least total_timesteps (e.g. 1 << 40)."
+    return "create it with total_frames=-1 (or at least total_timesteps)."
+
+
+def _was_shut_down(collector: BaseCollector) -> bool:
+    """Whether TorchRL's ``shutdown()`` ran on ``collector``: its envs and workers are gone for good."""
+    if isinstance(collector, RayCollector):  # shutdown() kills its remote collectors and empties the list
+        return collector.num_collectors > 0 and not collector.remote_collectors
+    # Collector and the multi-process collectors set `closed`; DistributedCollector sets `_shutdown`.
+    return bool(getattr(collector, "closed", False) or getattr(collector, "_shutdown", False))
+
+
+def _refuse_collector(collector: BaseCollector) -> None:
+    """Refuse a collector that cannot give on-policy batches to learn(), naming the one to use."""
+    if _was_shut_down(collector):
+        raise RuntimeError(
+            f"The {type(collector).__name__} has been shut down (learn() shuts its collector down when it ends, "
+            "unless shutdown=False; or collector.shutdown() was called): its envs and workers are gone. Create a "
+            "new collector, or pass shutdown=False to the learn() whose collector a later learn() continues."
+        )
+    if isinstance(collector, DistributedSyncCollector):
+        raise TypeError(
+            "DistributedSyncCollector collects each batch before the last update's weights reach its workers "
+            "(off-policy by one update) and has no update_policy_weights_(); use "
+            "torchrl.collectors.distributed.DistributedCollector(..., sync=True) for on-policy batches."
+        )
+    if isinstance(collector, RayCollector):
+        if collector.total_frames <= 0:
+            raise ValueError(
+                f"RayCollector(total_frames={collector.total_frames}) yields no batch (it collects while its frames "
+                f"are below total_frames, and -1 does not mean endless there): {_more_frames(collector)}"
+            )
+        if not collector._sync and collector.num_collectors > 1:
+            raise TypeError(
+                f"RayCollector(sync=False) over {collector.num_collectors} remote collectors hands each batch from one "
+                "of them, collected while the learner trained (off-policy by one update, and consecutive rollouts "
+                "from different envs): create it with sync=True, one batch from every remote collector per rollout."
+            )
+
+
+def _refuse_policy(shipped: Any, model: MaskablePPO) -> None:
+    """Refuse a collector whose policy is not a MaskablePolicyModule over ``model.policy``."""
+    if shipped is None:  # a policy_factory: built in each worker, nothing to look at here
+        return
+    if not isinstance(shipped, MaskablePolicyModule):
+        raise TypeError(
+            f"The collector runs a {type(shipped).__name__}, not a MaskablePolicyModule: learn() needs the actions "
+            "drawn under the masks by this model's policy, with their log-probabilities and values, and sends that "
+            "policy's weights to the collector. Build the collector with MaskablePolicyModule(model.policy)."
+        )
+    if shipped.policy is not model.policy:
+        raise ValueError(
+            "The collector runs a MaskablePolicyModule over another policy than this model's: its actions and "
+            "log-probabilities would not be this model's, and the weights learn() trains would never reach it. "
+            "Build the collector with MaskablePolicyModule(model.policy) of the model that learns."
+        )
 
 
 class _StepLocals:

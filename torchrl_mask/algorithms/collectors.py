@@ -17,7 +17,7 @@ and no worker outlives the learner.
 The flow::
 
     gymnasium env --masked_gym_env--> TorchRL env with "action_mask"
-        --Collector / MultiSyncCollector / DistributedCollector (runs MaskablePolicyModule)--> batch
+        --Collector / MultiSyncCollector / DistributedCollector / RayCollector (runs MaskablePolicyModule)--> batch
         --MaskablePPO.collect_rollouts: add_next_state_value, MaskableRolloutBuffer.extend (GAE)--> rollout
         --sb3-contrib's train()--> new weights --update_policy_weights_()--> collector
 
@@ -138,9 +138,35 @@ def learn_from_collector(
     model.learn(10_000_000, collector=collector)
     ```
 
+    A Ray cluster (TorchRL's ``RayCollector``; ``pip install "torchrl-mask[ray]"``): each env factory runs in a
+    Ray actor, a remote ``Collector`` with its own policy copy, which gets the weights just trained before each
+    batch. ``sync=True`` stacks one batch from every remote collector, ``(remote collectors, T)``, as
+    ``MultiSyncCollector`` stacks its workers (with the same seeded envs the parameters after each update are the
+    same, as the tests check). ``total_frames`` must be positive: a ``RayCollector`` with ``-1`` yields no batch,
+    and ``learn`` refuses it, as it refuses ``sync=False`` over several remote collectors (off-policy). A dead actor
+    ends in :class:`CollectorFailed`; ``batch_timeout`` does not apply (Ray does the waiting):
+
+    ```python
+    import ray
+    from torchrl.collectors.distributed import RayCollector
+
+    ray.init()  # a local cluster; ray.init(address="auto") joins a running one
+    collector = RayCollector(
+        [make_env] * 8,  # 8 remote collectors, one env each
+        MaskablePolicyModule(model.policy),
+        frames_per_batch=8 * 256,  # one batch: (8, 256)
+        total_frames=1 << 40,  # not -1: a RayCollector stops when its frames reach total_frames
+        sync=True,  # one batch from every remote collector per rollout: on-policy
+        remote_configs={"num_cpus": 1},  # each actor's Ray resources (TorchRL's default also asks 2 GiB of memory)
+    )
+    model.learn(10_000_000, collector=collector)  # kills the actors at the end (shutdown=True)
+    ray.shutdown()
+    ```
+
     :param model: a :class:`torchrl_mask.MaskablePPO`.
     :param collector: a TorchRL collector. On-policy (each batch collected with the weights just trained, as
-        the tests check): ``Collector``, ``MultiSyncCollector``, ``DistributedCollector(sync=True)``.
+        the tests check): ``Collector``, ``MultiSyncCollector``, ``DistributedCollector(sync=True)``,
+        ``RayCollector(sync=True)``.
         ``MultiAsyncCollector`` works but each batch is one worker's, gathered while the learner trained: it
         lags the weights by one update (PPO's clipping absorbs a little of that).
     :param total_timesteps: env steps to train on, counted as SB3 counts them.
@@ -159,8 +185,12 @@ def learn_from_collector(
     :return: the model.
     :raises CollectorFailed: collection failed; the collector is shut down and its workers are gone.
     :raises TypeError: the model is not a :class:`torchrl_mask.MaskablePPO`, its rollout buffer is not a
-        :class:`~torchrl_mask.MaskableRolloutBuffer`, or the collector is a ``DistributedSyncCollector`` (its
-        batches lag the weights by one update).
+        :class:`~torchrl_mask.MaskableRolloutBuffer`, the collector's policy is not a
+        :class:`MaskablePolicyModule`, or the collector is a ``DistributedSyncCollector`` or a
+        ``RayCollector(sync=False)`` over several remote collectors (their batches lag the weights by one update).
+    :raises ValueError: a ``RayCollector`` without a positive ``total_frames``, or batches without
+        ``"action_mask"``.
+    :raises RuntimeError: the collector has been shut down (by an earlier ``learn``, unless ``shutdown=False``).
     :raises RuntimeError: the collector's worker processes are being started (by spawn) from the top level of
         a script, outside ``if __name__ == "__main__":`` (raised as the collector is created).
     """

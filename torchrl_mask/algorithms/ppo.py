@@ -179,8 +179,8 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         :param use_masking: draw actions under the envs' masks (must be True with a collector).
         :param progress_bar: SB3's progress bar (tqdm and rich).
         :param collector: a TorchRL collector running :class:`~torchrl_mask.MaskablePolicyModule` over
-            ``self.policy`` (``Collector``, ``MultiSyncCollector``, ``DistributedCollector(sync=True)``:
-            on-policy); None steps ``self.env``.
+            ``self.policy`` (``Collector``, ``MultiSyncCollector``, ``DistributedCollector(sync=True)``,
+            ``RayCollector(sync=True)``: on-policy); None steps ``self.env``.
         :param observation_keys: the batch key of each observation leaf; None takes them from the collector's
             :class:`~torchrl_mask.MaskablePolicyModule`.
         :param reward_key: where the reward is in a collector batch, ``(*B, 1)``.
@@ -190,9 +190,14 @@ class MaskablePPO(_SB3ContribMaskablePPO):
             continues its batches (e.g. ``learn(..., reset_num_timesteps=False)`` in a loop).
         :return: this model.
         :raises CollectorFailed: collection failed; the collector is shut down and its workers are gone.
-        :raises TypeError: a ``DistributedSyncCollector`` (off-policy by one update), or a rollout buffer
-            without ``extend()``; refused before anything runs, the collector left as it was.
-        :raises ValueError: ``use_masking`` False with a collector (its policy always draws under the masks).
+        :raises TypeError: a ``DistributedSyncCollector`` or ``RayCollector(sync=False)`` over several workers
+            (off-policy by one update), a collector policy that is not a ``MaskablePolicyModule``, or a rollout
+            buffer without ``extend()``; refused before anything runs, the collector left as it was.
+        :raises RuntimeError: the collector has been shut down (by an earlier ``learn``, unless
+            ``shutdown=False``).
+        :raises ValueError: ``use_masking`` False with a collector (its policy always draws under the masks), a
+            ``MaskablePolicyModule`` over another policy, a ``RayCollector`` without a positive ``total_frames``
+            (it yields no batch), or batches without ``"action_mask"``.
         """
         if collector is None:
             return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps,

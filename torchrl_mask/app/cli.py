@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchrl_mask.app.config import (
     DEFAULT_HYPERPARAMS,
+    HYPERPARAMS,
     TrainConfig,
     UsageError,
     check_config,
@@ -45,6 +46,7 @@ from torchrl_mask.app.config import (
     load_conf_file,
     parse_hyperparam,
 )
+from torchrl_mask.app.hyperparams import without_policy_kwargs
 
 if TYPE_CHECKING:
     from torchrl_mask.app.training import TrainResult
@@ -68,6 +70,14 @@ def _positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def _n_timesteps(text: str) -> int:
+    """``-n``: a positive number of env steps, no more than a file's ``n_timesteps`` may give."""
+    value, expected = HYPERPARAMS["n_timesteps"](_positive_int(text))
+    if expected:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return int(value)
 
 
 def _seed(text: str) -> int:
@@ -146,7 +156,7 @@ def _add_what_to_train(train: argparse.ArgumentParser) -> None:
         "-n",
         "--n-timesteps",
         "--steps",
-        type=_positive_int,
+        type=_n_timesteps,
         metavar="N",
         help="env steps to train for, over all envs (default: the file's n_timesteps, or "
         f"{DEFAULT_HYPERPARAMS['n_timesteps']} without a file)",
@@ -263,6 +273,8 @@ def _hyperparams_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def _config_from_args(args: argparse.Namespace) -> TrainConfig:
     hyperparams = _hyperparams_from_args(args)
+    if args.trained_agent is not None:  # the saved policy is kept, as rl-zoo3 keeps it
+        hyperparams = without_policy_kwargs(hyperparams, [key for key, _ in args.hyperparams], args.trained_agent)
     n_timesteps = args.n_timesteps or hyperparams.pop("n_timesteps", None)
     hyperparams.pop("n_timesteps", None)
     if n_timesteps is None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "check_hyperparams",
     "check_minibatches",
     "parse_hyperparam",
+    "without_policy_kwargs",
 ]
 
 
@@ -277,3 +278,21 @@ def check_minibatches(n_steps: int, n_envs: int, batch_size: int, normalize_adva
             "of one row, whose advantage normalisation makes the parameters NaN; pick a batch_size that divides "
             f"{rows} (or n_steps so that n_steps * n_envs does)."
         )
+
+
+def without_policy_kwargs(hyperparams: Mapping[str, Any], given: Sequence[str], trained_agent: Any) -> dict[str, Any]:
+    """The hyperparameters for continuing ``trained_agent``, whose saved policy is kept (as rl-zoo3 keeps it): the
+    ``policy_kwargs`` of a file or of the built-in defaults dropped, those given on the command line refused.
+
+    :param hyperparams: the run's hyperparameters (file or defaults, then ``--hyperparams``).
+    :param given: the names ``--hyperparams`` gave.
+    :param trained_agent: the saved model's path, for the message.
+    :return: ``hyperparams`` without ``policy_kwargs``.
+    :raises UsageError: ``--hyperparams`` gave ``policy_kwargs``, which the saved policy cannot take.
+    """
+    if "policy_kwargs" in given:
+        raise UsageError(
+            f"-i {trained_agent} keeps the saved model's policy (its net_arch and activation_fn), which "
+            "--hyperparams policy_kwargs cannot change; drop policy_kwargs, or train a new model without -i."
+        )
+    return {key: value for key, value in hyperparams.items() if key != "policy_kwargs"}

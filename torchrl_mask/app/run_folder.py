@@ -4,7 +4,9 @@ A folder that holds anything is refused (:func:`check_out`) unless ``--overwrite
 files an earlier run wrote there (:data:`OWNED`) are removed before training (:func:`claim`); other files are
 left alone. While a run trains, a lock file (:data:`LOCK`, holding its process id) refuses a second run into the
 same folder, with or without ``--overwrite``; it is removed when the run ends, also on an error or an interrupt.
-A lock left by a process that no longer runs (killed with SIGKILL) does not count. Nothing heavy is imported.
+A lock left by a process that no longer runs (killed with SIGKILL) does not count. A folder the run created
+(the output folder, its ``monitor/``) and left empty, as a run interrupted before it wrote anything leaves it, is
+removed again (:func:`made_folder`). Nothing heavy is imported.
 
 Example:
     >>> import tempfile
@@ -26,7 +28,7 @@ from pathlib import Path
 
 from torchrl_mask.app.hyperparams import UsageError
 
-__all__ = ["LOCK", "OWNED", "check_out", "claim"]
+__all__ = ["LOCK", "OWNED", "check_out", "claim", "made_folder"]
 
 LOCK = ".torchrl-mask.lock"
 # What a run writes into its folder (glob patterns), removed by --overwrite.
@@ -92,6 +94,7 @@ def claim(folder: Path, overwrite: bool) -> Iterator[Path]:
     :raises UsageError: another run took the folder, or (without ``overwrite``) wrote into it, since
         :func:`check_out` looked.
     """
+    made = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     lock = folder / LOCK
     if lock.exists() and _running_owner(folder) is None:
@@ -116,6 +119,30 @@ def claim(folder: Path, overwrite: bool) -> Iterator[Path]:
         yield folder
     finally:
         lock.unlink(missing_ok=True)
+        if made:  # a run that ended before writing anything leaves no folder behind
+            _remove_if_empty(folder)
+
+
+@contextlib.contextmanager
+def made_folder(folder: Path) -> Iterator[Path]:
+    """Create ``folder`` (if missing) for the block; if the block leaves it empty, remove it again, however the
+    block ends (an interrupt before anything was written, say). A folder that was there is left as it is.
+
+    :param folder: the folder to create.
+    :return: a context whose value is ``folder``.
+    """
+    made = not folder.exists()
+    folder.mkdir(exist_ok=True)
+    try:
+        yield folder
+    finally:
+        if made:
+            _remove_if_empty(folder)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    with contextlib.suppress(OSError):  # not empty (or gone): kept
+        folder.rmdir()
 
 
 def _remove_owned_pattern(folder: Path, pattern: str) -> None:

@@ -147,6 +147,7 @@ def _model_kwargs(hyperparams: dict[str, Any], policy: str) -> dict[str, Any]:
                 f"policy_kwargs: activation_fn={name} is not an activation function; use one of torch.nn's "
                 "activations, e.g. nn.ReLU or nn.Tanh."
             )
+        _refuse_constructor_arguments(name, activation)
         policy_kwargs["activation_fn"] = activation
     accepted = set(inspect.signature(MaskablePPO.policy_aliases[policy]).parameters) - POLICY_SET_BY_PPO
     unknown = sorted(set(policy_kwargs) - accepted)
@@ -155,6 +156,27 @@ def _model_kwargs(hyperparams: dict[str, Any], policy: str) -> dict[str, Any]:
         raise UsageError(f"policy_kwargs: {', '.join(unknown)} is not an argument of {policy}; it takes {takes}.")
     kwargs["policy_kwargs"] = policy_kwargs
     return kwargs
+
+
+def _refuse_constructor_arguments(name: str, activation: type[torch.nn.Module]) -> None:
+    """SB3 makes each activation layer as ``activation_fn()``: one whose constructor needs arguments is refused."""
+    needed = [
+        parameter.name
+        for parameter in inspect.signature(activation).parameters.values()
+        if parameter.default is inspect.Parameter.empty
+        and parameter.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    if needed:
+        raise UsageError(
+            f"policy_kwargs: activation_fn={name} needs constructor arguments ({', '.join(needed)}), but SB3 makes "
+            "each activation as activation_fn() without any; use one that needs none, e.g. nn.ReLU or nn.Tanh."
+        )
+
+
+def _recorded_policy_kwargs(model: MaskablePPO) -> dict[str, Any]:
+    """The policy_kwargs the model's policy was built with, as a file gives them (``activation_fn="nn.Tanh"``)."""
+    policy = model.policy
+    return {**model.policy_kwargs, "net_arch": policy.net_arch, "activation_fn": f"nn.{policy.activation_fn.__name__}"}
 
 
 def _check_trained_agent(path: Path, env: gym.Env) -> None:
@@ -313,14 +335,17 @@ def train(config: TrainConfig) -> TrainResult:
     out = plan.out
     with run_folder.claim(out, config.overwrite):
         monitor_dir = out / "monitor"
-        monitor_dir.mkdir(exist_ok=True)
-        model, curve = _learn_and_save(config, plan, monitor_dir)
+        with run_folder.made_folder(monitor_dir):  # removed again if training ends before an env wrote to it
+            model, curve = _learn_and_save(config, plan, monitor_dir)
         try:
             evaluation = results.evaluate(
                 model, partial(make_masked_env, config.env_id), config.eval_episodes, config.seed
             )
             results.plot(curve, evaluation, config.env_id, config.eval_episodes, out / "learning_curve.png")
-            record = {"config": {**asdict(config), "out": str(out)}, "evaluation": evaluation}
+            recorded = {**asdict(config), "out": str(out)}
+            if config.trained_agent is not None:  # its saved policy was kept: record that one
+                recorded["hyperparams"]["policy_kwargs"] = _recorded_policy_kwargs(model)
+            record = {"config": recorded, "evaluation": evaluation}
             (out / "evaluation.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
         except KeyboardInterrupt as stop:  # while evaluating: the model is saved already
             raise TrainingInterrupted(out, model.num_timesteps) from stop

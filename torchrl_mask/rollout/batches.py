@@ -80,6 +80,7 @@ def entries_from_batch(
     observation_keys: Sequence[NestedKey] | None = None,
     reward_key: NestedKey = NEXT_REWARD,
     episode_starts: torch.Tensor | np.ndarray | None = None,
+    spec: MaskSpec | None = None,
 ) -> tuple[list[torch.Tensor], dict[NestedKey, torch.Tensor]]:
     """Read a TorchRL collector batch into the storage's entries, checking every one; nothing is written.
 
@@ -97,10 +98,20 @@ def entries_from_batch(
     :param reward_key: where the reward is, ``(*B, 1)``.
     :param episode_starts: whether each env's first step begins an episode, ``(n_envs,)``; read only when the
         batch has no ``"is_init"``.
+    :param spec: the action space's mask layout, to name the mask width it needs; None leaves the width to
+        ``masks``.
     :return: ``(observation leaves, {storage key: tensor})``, each ``(n_envs, buffer_size, ...)``.
-    :raises ValueError: a size that does not fit, a missing key, an entry of the wrong size, rows that are not
-        one env's consecutive steps, or a mask that allows no action.
+    :raises TypeError: ``batch`` is not a TensorDict (a plain dict, say).
+    :raises ValueError: a size that does not fit, a missing key, an entry of the wrong size (masks of another
+        width than the action space's), rows that are not one env's consecutive steps, or a mask that allows no
+        action.
     """
+    if not isinstance(batch, TensorDictBase):
+        raise TypeError(
+            f"extend() takes a TensorDict (a TorchRL collector's batch), got a {type(batch).__name__}: wrap it, e.g. "
+            f"TensorDict(batch, batch_size=[{n_envs}, {buffer_size}]), with the keys listed in "
+            "torchrl_mask.rollout.batches."
+        )
     n, steps = n_envs, buffer_size
     rows = _env_major(batch, n, steps)
     leaf_names = str(["/".join(path) or OBSERVATION for path in observation_paths])
@@ -117,7 +128,10 @@ def entries_from_batch(
     def read(key: NestedKey, shape: tuple[int, ...] | None = None) -> torch.Tensor:
         tensor = rows.get(key, None)
         if tensor is None:
-            raise ValueError(f"The batch has no {key!r} entry; its keys are {sorted(map(str, rows.keys(True, True)))}.")
+            fix = " (the env gives no masks: make it with torchrl_mask.masked_gym_env)" if key == ACTION_MASK else ""
+            raise ValueError(
+                f"The batch has no {key!r} entry{fix}; its keys are {sorted(map(str, rows.keys(True, True)))}."
+            )
         if shape is None:
             return tensor
         if tensor.numel() != n * steps * math.prod(shape):
@@ -126,6 +140,13 @@ def entries_from_batch(
 
     obs = [read(key, shape) for key, shape in zip(keys, observation_shapes, strict=True)]
     raw_masks = read(ACTION_MASK)
+    if spec is not None and raw_masks.numel() != n * steps * spec.size:
+        width = raw_masks.shape[-1] if raw_masks.ndim else 1
+        raise ValueError(
+            f"Batch entry 'action_mask' has shape {tuple(raw_masks.shape)} (width {width}), but {spec.space_repr} "
+            f"needs masks of width {spec.size}: give ({n}, {steps}, {spec.size}), one row of {spec.size} booleans per "
+            "step, laid out as torchrl_mask.rollout.masks describes."
+        )
     mask_rows = torch.as_tensor(
         masks(raw_masks.reshape(n * steps, -1), n * steps, lambda row: f"env {row // steps}, step {row % steps}")
     )

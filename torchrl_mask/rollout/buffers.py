@@ -284,8 +284,10 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         :param episode_starts: whether each env's first step in the batch begins an episode, ``(n_envs,)``;
             used only when the batch has no ``"is_init"`` entry.
         :raises RuntimeError: the buffer already holds steps (call ``reset()`` first).
+        :raises TypeError: ``batch`` is not a TensorDict. Nothing is written then.
         :raises ValueError: the batch's size does not fit the buffer, a key is missing, an entry has the wrong
-            size, rows are not one env's steps in order, or a mask allows no action. Nothing is written then.
+            size (masks of another width than the action space needs), rows are not one env's steps in order, or
+            a mask allows no action. Nothing is written then.
         """
         if self.pos != 0 or self.full:
             raise RuntimeError(

@@ -233,7 +233,8 @@ def allocate_rollout(
     :param memmap_dir: folder in which the rollout's own memmap folder is created; the system's temporary
         folder when None. Created if missing.
     :return: the storage, zero-filled, masks all True.
-    :raises ValueError: memmap storage on a non-CPU device, or an unknown storage kind.
+    :raises ValueError: memmap storage on a non-CPU device, an unknown storage kind, or a ``memmap_dir`` that is
+        a file or lies under one.
     """
     batch = (n_envs, buffer_size)
     on_disk = storage == "memmap"
@@ -243,6 +244,8 @@ def allocate_rollout(
         raise ValueError(
             f"storage='memmap' keeps the rollout in files on the host; it needs device='cpu', not {device}."
         )
+    if on_disk and memmap_dir is not None:
+        _check_memmap_dir(Path(memmap_dir))
     # On disk, torch.empty touches no page (a memmapped rollout never takes its size in RAM) and a new file
     # reads as zeros; in memory, the zero fill writes every page once, here rather than in the first add().
     alloc_device = torch.device("cpu") if on_disk else device
@@ -293,6 +296,20 @@ def _host_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     array = np.empty(shape, dtype=torch.empty(0, dtype=dtype).numpy().dtype)
     array.fill(0)
     return torch.from_numpy(array)
+
+
+def _check_memmap_dir(folder: Path) -> None:
+    """Refuse a ``memmap_dir`` that cannot be a folder: an existing file, or a path under one."""
+    for path in (folder, *folder.absolute().parents):
+        if path.exists():
+            if path.is_dir():
+                return
+            where = "is an existing file" if path == folder else f"lies under {path}, which is a file"
+            raise ValueError(
+                f"memmap_dir={str(folder)!r} {where}: it must be a folder, in which the rollout gets a memmap "
+                "folder of its own. Pass a folder (created if missing), or memmap_dir=None for the system's "
+                "temporary folder."
+            )
 
 
 def _memmap_rollout(rollout: TensorDict, memmap_dir: str | Path | None) -> TensorDict:

@@ -158,6 +158,7 @@ class TensorDictRollout:
             observation_shapes=[tuple(leaf.shape[2:]) for leaf in self.observations],
             action_shape=self.action_shape,
             masks=self.spec.check if check_masks else self.spec.reshape,
+            spec=self.spec,
             **keys,
         )
         if check_values:

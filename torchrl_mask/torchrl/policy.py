@@ -205,10 +205,30 @@ class MaskablePolicyModule(TensorDictModule):
             return super().forward(tensordict, *args, **kwargs)
         # A collector's call, once per step: the keys in, the module, the keys out. TensorDictModule's forward
         # (dispatch, skip-existing and strict-key wrappers) costs more per call than the module on one row.
-        outputs = self.module(*[tensordict.get(key) for key in self.in_keys])
+        inputs = [tensordict.get(key, None) for key in self.in_keys]
+        if any(tensor is None for tensor in inputs):
+            self._refuse_missing(tensordict)
+        outputs = self.module(*inputs)
         for key, tensor in zip(self.out_keys_source, outputs, strict=True):
             tensordict.set(key, tensor)
         return tensordict
+
+    def _refuse_missing(self, tensordict: TensorDictBase) -> None:
+        """Raise the error that names the keys this module reads and the step does not have."""
+        keys = set(tensordict.keys(True, True))
+        missing = [key for key in self.in_keys if key not in keys]
+        has = sorted(map(str, keys))
+        if self.in_keys[-1] in missing:
+            raise ValueError(
+                f"MaskablePolicyModule reads the mask from {self.in_keys[-1]!r}, which the env's step does not have "
+                f"(it has {has}): the env gives no masks. Make it with torchrl_mask.masked_gym_env (it writes "
+                "'action_mask' from action_masks(), info['action_mask'] or a Dict observation's entry), or pass "
+                "mask_key= the env's mask entry."
+            )
+        raise ValueError(
+            f"MaskablePolicyModule reads the observation from {missing}, which the env's step does not have (it has "
+            f"{has}): pass observation_keys= the env's key for each leaf of the policy's observation space."
+        )
 
     def _write_to_tensordict(
         self,
