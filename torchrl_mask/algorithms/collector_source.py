@@ -120,14 +120,7 @@ class CollectorRollout:
         """
         model = self.model
         callback.on_rollout_start()
-        batch = self._next_batch()
-        self.module.add_next_state_value(batch)
-        buffer = self._buffer_for(batch.shape[0], batch.shape[1])
-        buffer.reset()
-        if self._episode_starts is None:
-            self._episode_starts = torch.ones(batch.shape[0], dtype=torch.bool)
-        buffer.extend(batch, self.module.observation_keys, self.reward_key, episode_starts=self._episode_starts)
-        self._episode_starts = batch.get(st.NEXT_DONE)[:, -1, 0].cpu()
+        buffer, batch = self._fill()
         steps = _StepLocals(batch, self.reward_key)
         for n_steps in range(batch.shape[1]):
             model.num_timesteps += batch.shape[0]
@@ -144,6 +137,22 @@ class CollectorRollout:
             model._update_info_buffer(infos, dones)  # as sb3-contrib's collect_rollouts feeds ep_info_buffer
         callback.on_rollout_end()
         return True
+
+    def _fill(self) -> tuple[MaskableRolloutBuffer, TensorDictBase]:
+        """The next batch into the model's rollout buffer (GAE included); the hook a source of another batch
+        layout overrides (:class:`~torchrl_mask.algorithms.selfplay.SelfPlayRollout`).
+
+        :return: the filled buffer and the batch as it went in, ``(n_envs, T)``, which the callbacks read.
+        """
+        batch = self._next_batch()
+        self.module.add_next_state_value(batch)
+        buffer = self._buffer_for(batch.shape[0], batch.shape[1])
+        buffer.reset()
+        if self._episode_starts is None:
+            self._episode_starts = torch.ones(batch.shape[0], dtype=torch.bool)
+        buffer.extend(batch, self.module.observation_keys, self.reward_key, episode_starts=self._episode_starts)
+        self._episode_starts = batch.get(st.NEXT_DONE)[:, -1, 0].cpu()
+        return buffer, batch
 
     def _next_batch(self) -> TensorDictBase:
         """The weights just trained sent to the workers, then the next batch as ``(n_envs, T)``."""

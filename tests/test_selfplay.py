@@ -1,0 +1,164 @@
+"""Self-play on PettingZoo's classic games: per-seat trajectories, their GAE, opponents, and learning.
+
+The games are PettingZoo's own tic-tac-toe and Connect Four; the collectors are TorchRL's. The scripted game's
+per-seat returns and advantages are worked out by hand; random games are checked against an independent numpy
+computation that walks the moves in time order.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.collectors import Collector, MultiSyncCollector
+from torchrl.envs import SerialEnv
+
+pytest.importorskip("pettingzoo")
+
+from torchrl_mask import MaskablePPO, MaskableRolloutBuffer, SeatEnv, SelfPlayPolicy, TurnBasedEnv  # noqa: E402
+from torchrl_mask.algorithms.selfplay import pack_rows, seat_transitions  # noqa: E402
+from torchrl_mask.torchrl.pettingzoo_players import one_ply_heuristic, random_legal  # noqa: E402
+
+# X wins on the top row (O's loss arrives on X's move); a draw; a game cut by the rollout's end after X's move.
+SCRIPT = [0, 3, 1, 4, 2] + [0, 1, 2, 4, 3, 5, 7, 6, 8] + [4, 0, 8]
+LAST_VALUE = 0.7  # V of the position after the script, where O (seat 1) is to move
+
+
+def _scripted_batch(values: list[float]) -> TensorDictBase:
+    """The script played on PettingZoo's tic-tac-toe, with ``values[t]`` as the policy's value of move ``t``."""
+    moves = iter(range(len(SCRIPT)))
+
+    def policy(td: TensorDictBase) -> TensorDictBase:
+        t = next(moves)
+        td.update({"action": torch.tensor(SCRIPT[t]), "state_value": torch.tensor([values[t]]),
+                   "action_log_prob": torch.tensor(0.0)})  # fmt: skip
+        return td
+
+    env = TurnBasedEnv("tictactoe_v3")
+    return env.rollout(len(SCRIPT), policy, break_when_any_done=False, auto_cast_to_device=False).unsqueeze(0)
+
+
+def _buffer(rows: TensorDictBase, gamma: float, gae_lambda: float, game: str = "tictactoe_v3") -> MaskableRolloutBuffer:
+    env = SeatEnv(game)
+    buffer = MaskableRolloutBuffer(rows.shape[1], env.observation_space, env.action_space, gamma=gamma,
+                                   gae_lambda=gae_lambda, n_envs=rows.shape[0])  # fmt: skip
+    buffer.extend(rows, ["observation"])
+    return buffer
+
+
+def test_scripted_game_per_seat_rewards_dones_and_monte_carlo_returns_by_hand() -> None:
+    values = [t / 10 for t in range(len(SCRIPT))]
+    rows = pack_rows(seat_transitions(_scripted_batch(values), torch.tensor([LAST_VALUE])), 1)
+    # Seat 0 (X): moves 0, 2, 4 (wins), the draw's 5, 7, 9, 11, 13, then 14; its move 16 waits for O's reply.
+    # Seat 1 (O): moves 1, 3 (loses on X's move 4), the draw's 6, 8, 10, 12, then 15 (cut, bootstrapped).
+    times = [0, 2, 4, 5, 7, 9, 11, 13, 14, 1, 3, 6, 8, 10, 12, 15]
+    assert rows["observation"].shape == (1, 16, 3, 3, 2)
+    assert rows["action"][0].tolist() == [SCRIPT[t] for t in times]
+    assert rows["state_value"][0, :, 0].tolist() == pytest.approx([values[t] for t in times])
+    reward = [0, 0, 1, 0, 0, 0, 0, 0, 0] + [0, -1, 0, 0, 0, 0, 0]
+    done = [0, 0, 1, 0, 0, 0, 0, 1, 1] + [0, 1, 0, 0, 0, 1, 1]
+    terminated = [0, 0, 1, 0, 0, 0, 0, 1, 0] + [0, 1, 0, 0, 0, 1, 0]
+    assert rows["next", "reward"][0, :, 0].tolist() == reward
+    assert rows["next", "done"][0, :, 0].tolist() == [bool(d) for d in done]
+    assert rows["next", "terminated"][0, :, 0].tolist() == [bool(d) for d in terminated]
+    # gamma = lambda = 1: each return is the seat's own result, or the bootstrap where the rollout cut it.
+    buffer = _buffer(rows, gamma=1.0, gae_lambda=1.0)
+    returns = [1, 1, 1, 0, 0, 0, 0, 0, values[16]] + [-1, -1, 0, 0, 0, 0, LAST_VALUE]
+    assert buffer.returns[:, 0].tolist() == pytest.approx(returns)
+    assert buffer.advantages[:, 0].tolist() == pytest.approx([r - values[t] for r, t in zip(returns, times)])
+
+
+def test_scripted_game_discounted_advantages_by_hand() -> None:
+    values = [0.5] * len(SCRIPT)
+    rows = pack_rows(seat_transitions(_scripted_batch(values), torch.tensor([LAST_VALUE])), 1)
+    gamma, lam = 0.9, 0.5
+    advantages = _buffer(rows, gamma, lam).advantages[:, 0]
+    # Seat 1's first game: move 3 loses (-1, terminal), move 1 leads to move 3.
+    a3 = -1 - 0.5
+    a1 = (0 + gamma * 0.5 - 0.5) + gamma * lam * a3
+    assert advantages[9:11].tolist() == pytest.approx([a1, a3])
+    # Seat 0's win: move 4 wins (+1, terminal); 2 -> 4; 0 -> 2.
+    a4 = 1 - 0.5
+    a2 = (gamma * 0.5 - 0.5) + gamma * lam * a4
+    assert advantages[0:3].tolist() == pytest.approx([(gamma * 0.5 - 0.5) + gamma * lam * a2, a2, a4])
+    # The draw's last moves are terminal with reward 0; the cut moves are truncated: delta only, bootstrapped.
+    assert advantages[7].item() == pytest.approx(-0.5)
+    assert advantages[8].item() == pytest.approx(gamma * 0.5 - 0.5)
+    assert advantages[15].item() == pytest.approx(gamma * LAST_VALUE - 0.5)
+
+
+def _numpy_per_seat_gae(batch: TensorDictBase, last: np.ndarray, gamma: float, lam: float) -> dict:
+    """Per-seat GAE in float64, walking the moves in time order with one open transition per seat."""
+    seat, next_seat = batch["seat"].numpy(), batch["next", "seat"][:, -1].numpy()
+    rewards, done = batch["next", "seat_reward"].numpy(), batch["next", "done"][..., 0].numpy()
+    values = batch["state_value"][..., 0].numpy().astype(np.float64)
+    out = {}
+    for env in range(seat.shape[0]):
+        trajectories: dict[int, list[list]] = {0: [[]], 1: [[]]}  # per seat: lists of [t, r, v_next, terminal]
+        open_move: dict[int, list | None] = {0: None, 1: None}
+        for t in range(seat.shape[1]):
+            s = int(seat[env, t])
+            if open_move[s] is not None:
+                open_move[s][2] = values[env, t]
+                trajectories[s][-1].append(open_move[s])
+            open_move[s] = [t, 0.0, 0.0, False]
+            for other in (0, 1):
+                if open_move[other] is not None:
+                    open_move[other][1] += rewards[env, t, other]
+            if done[env, t]:
+                for other in (0, 1):
+                    if open_move[other] is not None:
+                        open_move[other][3] = True
+                        trajectories[other][-1].append(open_move[other])
+                        trajectories[other].append([])
+                    open_move[other] = None
+        s = int(next_seat[env])
+        if open_move[s] is not None:
+            open_move[s][2] = last[env]
+            trajectories[s][-1].append(open_move[s])
+        for s in (0, 1):
+            for trajectory in trajectories[s]:
+                advantage = 0.0
+                for t, r, v_next, terminal in reversed(trajectory):
+                    delta = r + gamma * v_next * (not terminal) - values[env, t]
+                    advantage = delta + gamma * lam * advantage * (not terminal)
+                    out[env, t] = advantage
+    return out
+
+
+def _random_batch(game: str, n_envs: int, frames: int, seed: int) -> TensorDictBase:
+    env = SerialEnv(n_envs, [lambda: TurnBasedEnv(game)] * n_envs)
+    env.set_seed(seed)
+    rng = torch.Generator().manual_seed(seed)
+
+    def policy(td: TensorDictBase) -> TensorDictBase:
+        mask = td["action_mask"].float()
+        td.update({"action": torch.multinomial(mask, 1, generator=rng)[:, 0],
+                   "state_value": torch.rand(n_envs, 1, generator=rng),
+                   "action_log_prob": torch.zeros(n_envs)})  # fmt: skip
+        return td
+
+    return env.rollout(frames, policy, break_when_any_done=False)
+
+
+@pytest.mark.parametrize("game", ["tictactoe_v3", "connect_four_v3"])
+def test_per_seat_gae_matches_an_independent_numpy_walk(game: str) -> None:
+    batch = _random_batch(game, n_envs=3, frames=40, seed=1)
+    last = np.array([0.3, -0.2, 0.9])
+    transitions = seat_transitions(batch, torch.tensor(last))
+    gamma, lam = 0.95, 0.8
+    buffer = _buffer(pack_rows(transitions, 1), gamma, lam, game)
+    expected = _numpy_per_seat_gae(batch, last, gamma, lam)
+    times = transitions["next", "reward"].shape[0]
+    assert times == len(expected)
+    # the transitions' (env, t) are read back from their actions' positions in the batch
+    keys = _transition_positions(batch, transitions)
+    np.testing.assert_allclose(buffer.advantages[:, 0], [expected[key] for key in keys], rtol=1e-5, atol=1e-5)
+
+
+def _transition_positions(batch: TensorDictBase, transitions: TensorDictBase) -> list[tuple[int, int]]:
+    values = batch["state_value"][..., 0]
+    return [tuple(int(i) for i in torch.nonzero(values == v)[0]) for v in transitions["state_value"][:, 0]]
