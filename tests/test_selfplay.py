@@ -162,3 +162,98 @@ def test_per_seat_gae_matches_an_independent_numpy_walk(game: str) -> None:
 def _transition_positions(batch: TensorDictBase, transitions: TensorDictBase) -> list[tuple[int, int]]:
     values = batch["state_value"][..., 0]
     return [tuple(int(i) for i in torch.nonzero(values == v)[0]) for v in transitions["state_value"][:, 0]]
+
+
+def test_truncated_game_is_refused_with_the_fix() -> None:
+    batch = _scripted_batch([0.0] * len(SCRIPT))
+    batch["next", "terminated"][0, 4] = False  # X's winning move, recorded as a time limit
+    with pytest.raises(ValueError, match="ended by truncation"):
+        seat_transitions(batch, torch.zeros(1))
+
+
+def test_pack_rows_never_leaves_a_minibatch_of_one_row() -> None:
+    transitions = seat_transitions(_scripted_batch([0.0] * len(SCRIPT)), torch.zeros(1))  # 16 transitions
+    assert pack_rows(transitions, 1, batch_size=5).shape == (1, 15)  # 16 = 3 * 5 + 1 -> 15
+    assert pack_rows(transitions, 3).shape == (3, 5)
+
+
+def test_heuristic_wins_then_blocks_then_plays_random_legal() -> None:
+    rng = np.random.default_rng(0)
+    board = np.zeros((3, 3, 2), np.int8)
+    board[0, 0, 0] = board[0, 1, 0] = 1  # mine: a win at cell 2
+    board[1, 0, 1] = board[1, 1, 1] = 1  # theirs: a win at cell 5
+    mask = (board.sum(-1) == 0).reshape(-1)
+    assert one_ply_heuristic(board, mask, rng) == 2
+    board[0, 1, 0] = 0
+    mask = (board.sum(-1) == 0).reshape(-1)
+    assert one_ply_heuristic(board, mask, rng) == 5
+    connect = np.zeros((6, 7, 2), np.int8)
+    connect[5, 3, 1] = connect[4, 3, 1] = connect[3, 3, 1] = 1  # theirs: three up column 3
+    assert one_ply_heuristic(connect, np.ones(7, bool), rng) == 3
+    assert random_legal(board, np.eye(9, dtype=bool)[7], rng) == 7
+
+
+def _model(game: str = "tictactoe_v3", **kwargs: object) -> MaskablePPO:
+    return MaskablePPO("MlpPolicy", SeatEnv(game), n_steps=32, batch_size=64, n_epochs=2, seed=0, **kwargs)
+
+
+def test_learn_with_a_collector_trains_every_move_of_both_seats_and_plays_no_illegal_move() -> None:
+    model = _model()
+    collector = Collector(lambda: TurnBasedEnv("tictactoe_v3"), SelfPlayPolicy(model.policy), frames_per_batch=128)
+    model.learn(500, collector=collector)  # an illegal move would raise in TurnBasedEnv.step
+    rows = model.rollout_buffer.tensordict
+    assert 126 <= model.rollout_buffer.buffer_size <= 128
+    assert set(rows["next", "reward"].unique().tolist()) <= {-1.0, 0.0, 1.0}
+    assert model.num_timesteps >= 500
+
+
+def test_snapshot_pool_trains_the_learner_seat_only_and_refreshes_snapshots() -> None:
+    model = _model()
+    players = SelfPlayPolicy(model.policy, pool_size=2, snapshot_every=1)
+    envs = SerialEnv(2, [lambda: TurnBasedEnv("tictactoe_v3", opponents=2)] * 2)
+    collector = Collector(envs, players, frames_per_batch=128, total_frames=-1)
+    batch = next(iter(collector))
+    learner = players.learner_moves(batch)
+    assert 0 < int(learner.sum()) < learner.numel()
+    kept = seat_transitions(batch, torch.zeros(2), learner)
+    # every kept transition is a learner move: its stored value is one of the learner's moves' values
+    learner_values = set(batch["state_value"][learner][:, 0].tolist())
+    assert set(kept["state_value"][:, 0].tolist()) <= learner_values
+    collector.shutdown()
+    before = [p.clone() for p in players.pool[0].policy.parameters()]
+    model.learn(256, collector=Collector(envs, players, frames_per_batch=128, total_frames=-1))
+    after = list(players.pool[0].policy.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(after, before, strict=True))
+    for snapshot, weights in zip(players.pool[0].policy.state_dict().values(), model.policy.state_dict().values(),
+                                 strict=True):  # fmt: skip
+        assert snapshot.shape == weights.shape
+
+
+def test_multisync_collector_workers_play_self_play_games() -> None:
+    model = _model()
+    makers = [lambda: TurnBasedEnv("tictactoe_v3", opponents=2)] * 2
+    collector = MultiSyncCollector(makers, SelfPlayPolicy(model.policy, pool_size=2), frames_per_batch=128,
+                                   total_frames=-1)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        model.learn(300, collector=collector)
+    assert model.num_timesteps >= 300
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_self_play_on_tictactoe_beats_random_without_an_illegal_move(seed: int) -> None:
+    from torchrl_mask.app.selfplay_training import evaluate_games
+
+    model = MaskablePPO("MlpPolicy", SeatEnv("tictactoe_v3"), n_steps=128, batch_size=256, n_epochs=10,
+                        learning_rate=1e-3, ent_coef=0.01, seed=seed)  # fmt: skip
+    envs = SerialEnv(8, [lambda: TurnBasedEnv("tictactoe_v3")] * 8)
+    envs.set_seed(seed)
+    model.learn(SLOW_STEPS, collector=Collector(envs, SelfPlayPolicy(model.policy), frames_per_batch=1024))
+    rates = evaluate_games(model, "tictactoe_v3", "random", 200, seed=1000 + seed)
+    assert rates["illegal_moves"] == 0
+    assert rates["win"] + rates["draw"] >= WIN_OR_DRAW, rates
+
+
+SLOW_STEPS = 150_000
+WIN_OR_DRAW = 0.8

@@ -233,16 +233,20 @@ def _gather(batch: TensorDictBase, columns: dict[str, list[Any]], episodes: dict
     return out
 
 
-def pack_rows(transitions: TensorDictBase, n_rows: int) -> TensorDictBase:
+def pack_rows(transitions: TensorDictBase, n_rows: int, batch_size: int | None = None) -> TensorDictBase:
     """Seat trajectories laid end to end, cut into ``n_rows`` rows of ``len // n_rows`` transitions.
 
     :param transitions: ``(N,)`` transitions (:func:`seat_transitions`).
     :param n_rows: rows of the rollout.
-    :return: ``(n_rows, N // n_rows)``; the last ``N mod n_rows`` transitions are dropped; a row's first
-        transition is marked ``"is_init"``.
+    :param batch_size: the minibatch size; rows are shortened by a step while they would leave a last
+        minibatch of one row (whose advantage normalisation in sb3-contrib's ``train()`` is NaN). None: no check.
+    :return: ``(n_rows, K)`` with ``K = N // n_rows`` (less where ``batch_size`` asks); the transitions past
+        ``n_rows * K`` are dropped; a row's first transition is marked ``"is_init"``.
     :raises ValueError: fewer transitions than rows (a batch too short for its envs).
     """
     length = transitions.shape[0] // n_rows
+    while batch_size is not None and length > 1 and (n_rows * length) % batch_size == 1:
+        length -= 1
     if length == 0:
         raise ValueError(
             f"The batch holds {transitions.shape[0]} seat moves to train on for {n_rows} rows: raise the "
@@ -280,7 +284,9 @@ class SelfPlayRollout(CollectorRollout):
         self.players.rollout_done()  # before the weights are sent: a new snapshot travels with them
         batch = self._next_batch()
         transitions = seat_transitions(batch, self._last_values(batch), self.players.learner_moves(batch))
-        rows = pack_rows(transitions, self.model.n_envs)  # the rows SB3's progress bar and callbacks count by
+        # the rows SB3's progress bar and callbacks count by; no minibatch of one row (NaN normalisation)
+        batch_size = self.model.batch_size if self.model.normalize_advantage else None
+        rows = pack_rows(transitions, self.model.n_envs, batch_size)
         buffer = self._buffer_for(rows.shape[0], rows.shape[1])
         buffer.reset()
         buffer.extend(rows, self.module.observation_keys, st.NEXT_REWARD)

@@ -11,6 +11,7 @@ rollout needs to split the game into one trajectory per seat
 - ``("next", "seat_reward")`` (float32 ``(n_seats,)``): every seat's reward from this move (a win arrives on the
   winner's move for both seats, +1 and -1); ``("next", "reward")`` ``(1,)`` is the mover's own;
 - ``("next", "done")``, ``("next", "terminated")``, ``("next", "truncated")`` ``(1,)``: the game ended (for every seat);
+  ``"is_init"`` ``(1,)``: the step begins a game (as TorchRL's ``InitTracker`` writes it);
 - ``"learner_seat"``, ``"opponent"`` (int64, ``()``), with ``opponents > 0``: drawn at every reset, the seat the
   learning policy plays in this game and which snapshot of the pool plays the others
   (:class:`~torchrl_mask.algorithms.selfplay.SelfPlayPolicy` reads them).
@@ -35,6 +36,8 @@ Example:
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import warnings
 from typing import Any
 
 import numpy as np
@@ -65,11 +68,16 @@ def make_game(game: str | Any) -> Any:
     if not isinstance(game, str):
         return game
     name = game.removeprefix("pettingzoo:")
+    if importlib.util.find_spec("pettingzoo") is None:
+        raise ImportError("Turn-based games need PettingZoo: pip install 'torchrl-mask[games]'.")
     try:
-        classic = importlib.import_module("pettingzoo.classic")
-    except ImportError as err:
-        raise ImportError("Turn-based games need PettingZoo: pip install 'torchrl-mask[games]'.") from err
-    module = getattr(classic, name, None)
+        with warnings.catch_warnings():  # PettingZoo 1.27 prefers its registry; the game modules work in every 1.x
+            warnings.simplefilter("ignore", DeprecationWarning)
+            module = importlib.import_module(f"pettingzoo.classic.{name}")
+    except ModuleNotFoundError as err:
+        if not (err.name or "").startswith("pettingzoo.classic"):
+            raise ImportError(f"PettingZoo's {name} needs {err.name}: pip install 'torchrl-mask[games]'.") from err
+        module = None
     if module is None or not hasattr(module, "env"):
         raise ValueError(
             f"{name!r} is not a PettingZoo classic game; use e.g. 'connect_four_v3' or 'tictactoe_v3' "
@@ -125,6 +133,7 @@ class TurnBasedEnv(EnvBase):
             "action_mask": Binary(n_actions, dtype=torch.bool),
             SEAT: Categorical(n_seats, shape=(), dtype=torch.int64),
             SEAT_REWARD: Unbounded((n_seats,), dtype=torch.float32),
+            "is_init": Categorical(2, (1,), dtype=torch.bool),  # what TorchRL's InitTracker writes
         }
         if opponents > 0:
             entries[LEARNER_SEAT] = Categorical(n_seats, shape=(), dtype=torch.int64)
@@ -152,6 +161,7 @@ class TurnBasedEnv(EnvBase):
                 "action_mask": torch.as_tensor(np.asarray(observation["action_mask"]), dtype=torch.bool),
                 SEAT: torch.tensor(self.seats.index(mover)),
                 SEAT_REWARD: torch.tensor(rewards or [0.0] * len(self.seats), dtype=torch.float32),
+                "is_init": torch.tensor([rewards is None]),
             },
             device=self.device,
         )
