@@ -12,18 +12,19 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from torchrl.collectors import Collector, MultiSyncCollector
 from torchrl.envs import SerialEnv
 
 pytest.importorskip("pettingzoo")
 
-from torchrl_mask import MaskablePPO, MaskableRolloutBuffer, SeatEnv, SelfPlayPolicy, TurnBasedEnv  # noqa: E402
-from torchrl_mask.algorithms.selfplay import pack_rows, seat_transitions  # noqa: E402
-from torchrl_mask.torchrl.pettingzoo_players import one_ply_heuristic, random_legal  # noqa: E402
+from torchrl_mask import MaskablePPO, MaskableRolloutBuffer, SeatEnv, SelfPlayPolicy, TurnBasedEnv
+from torchrl_mask.algorithms.selfplay import pack_rows, seat_transitions
+from torchrl_mask.torchrl.pettingzoo_players import one_ply_heuristic, random_legal
 
-# X wins on the top row (O's loss arrives on X's move); a draw; a game cut by the rollout's end after X's move.
-SCRIPT = [0, 3, 1, 4, 2] + [0, 1, 2, 4, 3, 5, 7, 6, 8] + [4, 0, 8]
+# Moves 0-4: X wins on the top row (O's loss arrives on X's move); 5-13: a draw; 14-16: a game the rollout cuts
+# after X's move.
+SCRIPT = [0, 3, 1, 4, 2, 0, 1, 2, 4, 3, 5, 7, 6, 8, 4, 0, 8]
 LAST_VALUE = 0.7  # V of the position after the script, where O (seat 1) is to move
 
 
@@ -58,17 +59,19 @@ def test_scripted_game_per_seat_rewards_dones_and_monte_carlo_returns_by_hand() 
     assert rows["observation"].shape == (1, 16, 3, 3, 2)
     assert rows["action"][0].tolist() == [SCRIPT[t] for t in times]
     assert rows["state_value"][0, :, 0].tolist() == pytest.approx([values[t] for t in times])
-    reward = [0, 0, 1, 0, 0, 0, 0, 0, 0] + [0, -1, 0, 0, 0, 0, 0]
-    done = [0, 0, 1, 0, 0, 0, 0, 1, 1] + [0, 1, 0, 0, 0, 1, 1]
-    terminated = [0, 0, 1, 0, 0, 0, 0, 1, 0] + [0, 1, 0, 0, 0, 1, 0]
+    reward = [0, 0, 1, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0]
+    done = [0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 1, 0, 0, 0, 1, 1]
+    terminated = [0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1, 0]
     assert rows["next", "reward"][0, :, 0].tolist() == reward
     assert rows["next", "done"][0, :, 0].tolist() == [bool(d) for d in done]
     assert rows["next", "terminated"][0, :, 0].tolist() == [bool(d) for d in terminated]
     # gamma = lambda = 1: each return is the seat's own result, or the bootstrap where the rollout cut it.
     buffer = _buffer(rows, gamma=1.0, gae_lambda=1.0)
-    returns = [1, 1, 1, 0, 0, 0, 0, 0, values[16]] + [-1, -1, 0, 0, 0, 0, LAST_VALUE]
+    returns = [1, 1, 1, 0, 0, 0, 0, 0, values[16], -1, -1, 0, 0, 0, 0, LAST_VALUE]
     assert buffer.returns[:, 0].tolist() == pytest.approx(returns)
-    assert buffer.advantages[:, 0].tolist() == pytest.approx([r - values[t] for r, t in zip(returns, times)])
+    assert buffer.advantages[:, 0].tolist() == pytest.approx(
+        [r - values[t] for r, t in zip(returns, times, strict=True)]
+    )
 
 
 def test_scripted_game_discounted_advantages_by_hand() -> None:

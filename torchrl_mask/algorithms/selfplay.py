@@ -135,7 +135,8 @@ class SelfPlayPolicy(TensorDictModuleBase):
             for index, snapshot in enumerate(self.pool):
                 rows = theirs & (opponent == index)
                 if bool(rows.any()):
-                    for out, new in zip(outputs, snapshot.module(*[leaf[rows] for leaf in inputs]), strict=True):
+                    played = snapshot.module(*[leaf[rows] for leaf in inputs])  # type: ignore[operator]
+                    for out, new in zip(outputs, played, strict=True):
                         out[rows] = new.to(out.dtype)
         for key, tensor in zip(self.out_keys, outputs, strict=True):
             tensordict.set(key, tensor)
@@ -146,7 +147,7 @@ class SelfPlayPolicy(TensorDictModuleBase):
         self.rollouts += 1
         if len(self.pool) and self.rollouts % self.snapshot_every == 0:
             oldest = self.pool[(self.rollouts // self.snapshot_every - 1) % len(self.pool)]
-            oldest.policy.load_state_dict(self.policy.state_dict())
+            oldest.policy.load_state_dict(self.policy.state_dict())  # type: ignore[union-attr]
 
 
 def seat_transitions(
@@ -197,7 +198,8 @@ def seat_transitions(
                     continue
                 returns, length = returns + reward, length + 1
                 if keep[env, t]:
-                    for name, value in zip(columns, (env, t, reward, next_value, is_done, end is not None), strict=True):
+                    entry = (env, t, reward, next_value, is_done, end is not None)
+                    for name, value in zip(columns, entry, strict=True):
                         columns[name].append(value)
                     if end is not None:
                         episodes[len(columns["t"]) - 1] = (returns, length)

@@ -98,7 +98,10 @@ def _game_spaces(game: Any) -> tuple[spaces.Box, spaces.Discrete]:
     action_space = game.action_space(agent)
     if not isinstance(action_space, spaces.Discrete):
         raise ValueError(f"TurnBasedEnv needs a Discrete action space; the game has {action_space!r}.")
-    return observation_space["observation"], action_space
+    view = observation_space["observation"]
+    if not isinstance(view, spaces.Box):
+        raise ValueError(f"TurnBasedEnv needs a Box 'observation' entry; the game has {view!r}.")
+    return view, action_space
 
 
 class TurnBasedEnv(EnvBase):

@@ -118,14 +118,15 @@ class SeatEnv(gym.Env):
     moves, the reward its own (summed over the opponents' replies), the episode one game. An illegal move is
     counted in :attr:`illegal_moves` and played: PettingZoo's classic games end the game with a loss for it.
 
-    :param game: an AEC env, or a ``pettingzoo.classic`` game's name (:func:`~torchrl_mask.torchrl.pettingzoo.make_game`).
+    :param game: an AEC env, or a ``pettingzoo.classic`` game's name
+        (:func:`~torchrl_mask.torchrl.pettingzoo.make_game`).
     :param opponent: ``"random"`` (:func:`random_legal`), ``"heuristic"`` (:func:`one_ply_heuristic`) or a
         :data:`Player`.
     :param seat: the seat's index in ``possible_agents``; None alternates the seats, game by game.
     :raises ValueError: an unknown opponent name, or a game :class:`~torchrl_mask.TurnBasedEnv` refuses.
     """
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012  (gymnasium's own annotation)
 
     def __init__(self, game: str | Any, opponent: str | Player = "random", seat: int | None = None) -> None:
         self.game = make_game(game)
