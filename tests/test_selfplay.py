@@ -7,7 +7,9 @@ computation that walks the moves in time order.
 
 from __future__ import annotations
 
+import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ pytest.importorskip("pettingzoo")
 
 from torchrl_mask import MaskablePPO, MaskableRolloutBuffer, SeatEnv, SelfPlayPolicy, TurnBasedEnv
 from torchrl_mask.algorithms.selfplay import pack_rows, seat_transitions
+from torchrl_mask.app.cli import main
 from torchrl_mask.torchrl.pettingzoo_players import one_ply_heuristic, random_legal
 
 # Moves 0-4: X wins on the top row (O's loss arrives on X's move); 5-13: a draw; 14-16: a game the rollout cuts
@@ -260,3 +263,24 @@ def test_self_play_on_tictactoe_beats_random_without_an_illegal_move(seed: int) 
 
 SLOW_STEPS = 150_000
 WIN_OR_DRAW = 0.8
+
+
+def test_cli_trains_a_game_and_writes_the_evaluation(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "--env", "pettingzoo:tictactoe_v3", "-n", "600", "--hyperparams", "n_envs=2", "n_steps=64",
+            "batch_size=64", "--eval-episodes", "4", "--out", str(out), "--no-progress", "--verbose", "0"]  # fmt: skip
+    assert main(argv) == 0
+    evaluation = json.loads((out / "evaluation.json").read_text())
+    for opponent in ("vs_random", "vs_heuristic"):
+        rates = evaluation[opponent]
+        assert set(rates) == {"win", "draw", "loss"}
+        assert rates["win"] + rates["draw"] + rates["loss"] == pytest.approx(1.0)
+    assert evaluation["illegal_moves"] == 0
+    assert {"model.zip", "learning_curve.png", "win_rates.csv"} <= {path.name for path in out.iterdir()}
+
+
+def test_cli_unknown_game_is_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "run"
+    assert main(["train", "--env", "pettingzoo:no_such_game_v0", "--out", str(out), "--no-progress"]) == 2
+    assert "not a PettingZoo classic game" in capsys.readouterr().err
+    assert not out.exists()

@@ -16,11 +16,14 @@ before the rollout's ``extend`` (:func:`seat_transitions`). A seat's transition 
   reply may end the game), is dropped; so is a seat's move whose next turn is in no batch.
 
 Rows of unequal length: the seats' trajectories are laid end to end (env by env, seat by seat, each in time
-order), and the stream is cut into ``n_envs`` rows of equal length ``K = N // n_envs``; the ``N mod n_envs``
-transitions left at the stream's end are dropped. Every transition carries its own next value and done, so a
-cut row end bootstraps like any truncation, and GAE (TorchRL's ``generalized_advantage_estimate``, through
-``extend``) runs along each seat's trajectory. ``K`` can change from one batch to the next; the rollout buffer is
-then re-made with the new shape. ``num_timesteps`` counts the moves trained on.
+order), and the stream is cut into ``model.n_envs`` rows of equal length ``K = N // model.n_envs`` (the rows SB3's
+progress bar and callbacks count by; one row, nothing cut, for a model built on one
+:class:`~torchrl_mask.SeatEnv`); the ``N mod n_envs`` transitions left at the stream's end are dropped, and one
+more step per row while ``K`` would leave a last minibatch of one row. Every transition carries its own next
+value and done, so a row's end bootstraps like any truncation, and GAE (TorchRL's
+``generalized_advantage_estimate``, through ``extend``) runs along each seat's trajectory. ``K`` changes from one
+batch to the next with the games' lengths; the rollout buffer is then re-made with the new shape.
+``num_timesteps`` counts the moves trained on, and the callbacks' ``dones`` are the games' ends.
 
 Opponents: ``SelfPlayPolicy(policy)`` is pure self-play, every move trains. ``SelfPlayPolicy(policy, pool_size=n)``
 with ``TurnBasedEnv(game, opponents=n)`` plays each game with the learner in one seat (drawn per game) and one of

@@ -13,6 +13,10 @@ while training saves the model, prints one line saying where, and exits 130 or 1
 :mod:`torchrl_mask.app.training`, its configuration :mod:`torchrl_mask.app.config`. This module holds the command line
 and nothing heavy: ``--help`` and a bad option answer before torch is imported.
 
+``torchrl-mask train --env pettingzoo:<game>`` (``connect_four_v3``, ``tictactoe_v3``) trains by self-play instead
+and reports win, draw and loss rates against random and heuristic players
+(:mod:`torchrl_mask.app.selfplay_training`; ``--pool-size N`` plays against past snapshots).
+
 ``torchrl-mask bench`` hands every argument after it to :func:`torchrl_mask.bench.buffers.main` (``bench learn``: the
 end-to-end benchmark, :mod:`torchrl_mask.bench.learn`).
 
@@ -345,6 +349,7 @@ def _run_train(args: argparse.Namespace) -> int:
 def _train_game(config: TrainConfig) -> int:
     from torchrl_mask.app import selfplay_training  # the heavy imports, only now that there is something to train
 
+    selfplay_training.check_game(config.env_id)
     opponents = "pure self-play" if config.pool_size == 0 else f"against a pool of {config.pool_size} past snapshots"
     print(
         f"Training MaskablePPO on {config.env_id} by self-play ({opponents}) for {config.n_timesteps:,} moves: "

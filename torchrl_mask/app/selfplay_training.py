@@ -42,7 +42,7 @@ from torchrl_mask.app.results import EVAL_SEED_OFFSET
 from torchrl_mask.torchrl.pettingzoo import TurnBasedEnv, make_game
 from torchrl_mask.torchrl.pettingzoo_players import SeatEnv
 
-__all__ = ["OPPONENTS", "SelfPlayResult", "WinRates", "evaluate_games", "train"]
+__all__ = ["OPPONENTS", "SelfPlayResult", "WinRates", "check_game", "evaluate_games", "plot_win_rates", "train"]
 
 OPPONENTS = ("random", "heuristic")
 EVAL_POINTS = 10  # win-rate measurements during training
@@ -183,21 +183,34 @@ def plot_win_rates(curve: list[dict[str, Any]], evaluation: dict[str, Any], titl
     plt.close(fig)
 
 
+def check_game(env_id: str) -> str:
+    """The game a ``pettingzoo:<game>`` env id names, if PettingZoo has it.
+
+    :param env_id: ``"pettingzoo:tictactoe_v3"``.
+    :return: the game's name, ``"tictactoe_v3"``.
+    :raises UsageError: PettingZoo is not installed, or has no classic game of that name.
+    """
+    try:
+        make_game(env_id)
+    except (ImportError, ValueError) as err:
+        raise UsageError(f"--env {env_id}: {err}") from None
+    return env_id.removeprefix("pettingzoo:")
+
+
 def train(config: TrainConfig) -> SelfPlayResult:
     """Train by self-play, evaluate against the fixed players, and write the files (see the module).
 
     :param config: the run; ``env_id`` is ``"pettingzoo:<classic game>"``; ``pool_size`` 0 is pure self-play,
         ``n`` plays the learner against ``n`` snapshots of its past weights.
     :return: the model, the folder, the evaluation, the win-rate curve and the files written.
-    :raises UsageError: an unknown game, a bad device or output folder (before anything is written).
+    :raises UsageError: an unknown game, a bad device or output folder, ``save_freq`` or ``tensorboard_log`` (not
+        available here), all before anything is written.
     """
+    if config.save_freq or config.tensorboard_log is not None:
+        raise UsageError(f"--save-freq and --tensorboard-log are not available with --env {config.env_id}; drop them.")
     out = check_config(config)
     device = check_device(config.device)
-    game = config.env_id.removeprefix("pettingzoo:")
-    try:
-        make_game(game)
-    except (ImportError, ValueError) as err:
-        raise UsageError(f"--env {config.env_id}: {err}") from None
+    game = check_game(config.env_id)
     torch.set_num_threads(config.threads)
     with run_folder.claim(out, config.overwrite):
         model = _model(config, game, device)
