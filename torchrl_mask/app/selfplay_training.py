@@ -176,7 +176,7 @@ def plot_win_rates(curve: list[dict[str, Any]], evaluation: dict[str, Any], titl
     final = ", ".join(f"{k.removeprefix('vs_')} {v['win']:.2f}/{v['draw']:.2f}/{v['loss']:.2f}"
                       for k, v in evaluation.items() if k.startswith("vs_"))  # fmt: skip
     ax.set(xlabel="moves trained on", ylabel="rate", ylim=(-0.02, 1.02),
-           title=f"self-play MaskablePPO on {title}; final win/draw/loss: {final}")  # fmt: skip
+           title=f"self-play MaskablePPO on {title}\nfinal win/draw/loss: {final}")  # fmt: skip
     ax.grid(alpha=0.3)
     ax.legend(loc="center right")
     fig.savefig(path, dpi=100)
