@@ -338,12 +338,30 @@ def _run_train(args: argparse.Namespace) -> int:
     check_config(config)  # before torch is imported: a path is the commonest mistake, answered at once
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        return _train(config)
+        return _train_game(config) if config.env_id.startswith(GAME_PREFIX) else _train(config)
     except KeyboardInterrupt as stop:  # before training started (or while saving): no model to keep
         print("torchrl-mask: interrupted before a model was saved; nothing to keep.", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(stop, _Terminated) else EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _train(config: TrainConfig) -> int:
+    from torchrl_mask.app import training  # the heavy imports, only now that there is something to train
+
+    source = training.describe_masks(config)
+    rollouts = "SB3's DummyVecEnv" if config.collector is None else COLLECTOR_TEXT[config.collector]
+    print(
+        f"Training MaskablePPO on {config.env_id} (masks from {source}) for {config.n_timesteps:,} steps: "
+        f"{config.n_envs} envs ({rollouts}), seed {config.seed}, device {config.device}."
+    )
+    try:
+        result = training.train(config)
+    except training.TrainingInterrupted as stop:
+        print(f"torchrl-mask: {stop}", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(stop.__cause__, _Terminated) else EXIT_INTERRUPTED
+    _report(config, result)
+    return 0
 
 
 def _train_game(config: TrainConfig) -> int:
@@ -362,26 +380,6 @@ def _train_game(config: TrainConfig) -> int:
         print(f"  vs {opponent:<12}{rates['win']:.3f} / {rates['draw']:.3f} / {rates['loss']:.3f}")
     print(f"  illegal moves: {result.evaluation['illegal_moves']}")
     print(f"\nSaved to {result.out}/: " + ", ".join(result.files))
-    return 0
-
-
-def _train(config: TrainConfig) -> int:
-    if config.env_id.startswith(GAME_PREFIX):
-        return _train_game(config)
-    from torchrl_mask import training  # the heavy imports, only now that there is something to train
-
-    source = training.describe_masks(config)
-    rollouts = "SB3's DummyVecEnv" if config.collector is None else COLLECTOR_TEXT[config.collector]
-    print(
-        f"Training MaskablePPO on {config.env_id} (masks from {source}) for {config.n_timesteps:,} steps: "
-        f"{config.n_envs} envs ({rollouts}), seed {config.seed}, device {config.device}."
-    )
-    try:
-        result = training.train(config)
-    except training.TrainingInterrupted as stop:
-        print(f"torchrl-mask: {stop}", file=sys.stderr)
-        return EXIT_TERMINATED if isinstance(stop.__cause__, _Terminated) else EXIT_INTERRUPTED
-    _report(config, result)
     return 0
 
 
