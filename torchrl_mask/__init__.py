@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from torchrl_mask.algorithms.collectors import CollectorFailed, learn_from_collector
     from torchrl_mask.algorithms.ppo import MaskablePPO
     from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
+    from torchrl_mask.algorithms.selfplay import SelfPlayPolicy
     from torchrl_mask.rollout.buffers import (
         MaskableDictRolloutBuffer,
         MaskableDictRolloutBufferSamples,
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     )
     from torchrl_mask.torchrl.envs import ActionMaskInInfo, ActionMaskInObservation, masked_gym_env
     from torchrl_mask.torchrl.nested import FlattenNestedDict
+    from torchrl_mask.torchrl.pettingzoo import TurnBasedEnv
+    from torchrl_mask.torchrl.pettingzoo_players import SeatEnv
     from torchrl_mask.torchrl.policy import MaskablePolicyModule
 
 __version__ = "0.1.0"
@@ -37,6 +40,9 @@ _HOMES = {
     "MaskableRolloutBufferSamples": "torchrl_mask.rollout.buffers",
     "MaskablePPO": "torchrl_mask.algorithms.ppo",
     "MaskableRecurrentPPO": "torchrl_mask.algorithms.recurrent_ppo",
+    "SeatEnv": "torchrl_mask.torchrl.pettingzoo_players",
+    "SelfPlayPolicy": "torchrl_mask.algorithms.selfplay",
+    "TurnBasedEnv": "torchrl_mask.torchrl.pettingzoo",
     "ActionMaskInInfo": "torchrl_mask.torchrl.envs",
     "ActionMaskInObservation": "torchrl_mask.torchrl.envs",
     "CollectorFailed": "torchrl_mask.algorithms.collectors",
@@ -58,6 +64,9 @@ __all__ = [
     "MaskableRecurrentPPO",
     "MaskableRolloutBuffer",
     "MaskableRolloutBufferSamples",
+    "SeatEnv",
+    "SelfPlayPolicy",
+    "TurnBasedEnv",
     "__version__",
     "learn_from_collector",
     "masked_gym_env",

@@ -4,6 +4,7 @@
   ``collect_rollouts`` choosing the source;
 - ``vecenv_source``: the rollout from an SB3 VecEnv (the default path);
 - ``collector_source``: the rollout from a TorchRL collector batch; ``collectors``: ``learn_from_collector``;
+- ``selfplay``: ``SelfPlayPolicy`` and the rollout of a turn-based game, split by seat (self-play, snapshot pools);
 - ``recurrent_ppo``, ``recurrent_policies``: sb3-contrib's ``RecurrentPPO`` with action masks.
 
 May import: :mod:`torchrl_mask.rollout`, :mod:`torchrl_mask.distributions`, :mod:`torchrl_mask.fastpath`,

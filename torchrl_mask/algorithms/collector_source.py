@@ -114,21 +114,7 @@ class CollectorRollout:
         """
         model = self.model
         callback.on_rollout_start()
-        batch = self._next_batch()
-        if st.ACTION_MASK not in batch.keys(True):
-            raise ValueError(
-                f"The collector's batch has no {st.ACTION_MASK!r} entry (its keys: "
-                f"{sorted(map(str, batch.keys(True, True)))}): learn() reads the masks the actions were drawn under "
-                f"there. Make the envs with torchrl_mask.masked_gym_env (it writes {st.ACTION_MASK!r}), or rename "
-                "the env's mask entry with TorchRL's RenameTransform."
-            )
-        self.module.add_next_state_value(batch)
-        buffer = self._buffer_for(batch.shape[0], batch.shape[1])
-        buffer.reset()
-        if self._episode_starts is None:
-            self._episode_starts = torch.ones(batch.shape[0], dtype=torch.bool)
-        buffer.extend(batch, self.module.observation_keys, self.reward_key, episode_starts=self._episode_starts)
-        self._episode_starts = batch.get(st.NEXT_DONE)[:, -1, 0].cpu()
+        buffer, batch = self._fill()
         steps = _StepLocals(batch, self.reward_key)
         for n_steps in range(batch.shape[1]):
             model.num_timesteps += batch.shape[0]
@@ -145,6 +131,29 @@ class CollectorRollout:
             model._update_info_buffer(infos, dones)  # as sb3-contrib's collect_rollouts feeds ep_info_buffer
         callback.on_rollout_end()
         return True
+
+    def _fill(self) -> tuple[MaskableRolloutBuffer, TensorDictBase]:
+        """The next batch into the model's rollout buffer (GAE included); the hook a source of another batch
+        layout overrides (:class:`~torchrl_mask.algorithms.selfplay.SelfPlayRollout`).
+
+        :return: the filled buffer and the batch as it went in, ``(n_envs, T)``, which the callbacks read.
+        """
+        batch = self._next_batch()
+        if st.ACTION_MASK not in batch.keys(True):
+            raise ValueError(
+                f"The collector's batch has no {st.ACTION_MASK!r} entry (its keys: "
+                f"{sorted(map(str, batch.keys(True, True)))}): learn() reads the masks the actions were drawn under "
+                f"there. Make the envs with torchrl_mask.masked_gym_env (it writes {st.ACTION_MASK!r}), or rename "
+                "the env's mask entry with TorchRL's RenameTransform."
+            )
+        self.module.add_next_state_value(batch)
+        buffer = self._buffer_for(batch.shape[0], batch.shape[1])
+        buffer.reset()
+        if self._episode_starts is None:
+            self._episode_starts = torch.ones(batch.shape[0], dtype=torch.bool)
+        buffer.extend(batch, self.module.observation_keys, self.reward_key, episode_starts=self._episode_starts)
+        self._episode_starts = batch.get(st.NEXT_DONE)[:, -1, 0].cpu()
+        return buffer, batch
 
     def _next_batch(self) -> TensorDictBase:
         """The weights just trained sent to the workers, then the next batch as ``(n_envs, T)``."""

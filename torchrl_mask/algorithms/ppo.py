@@ -47,6 +47,7 @@ from tensordict.utils import NestedKey
 from torchrl.collectors import BaseCollector
 
 from torchrl_mask.algorithms.collector_source import DEFAULT_BATCH_TIMEOUT, CollectorRollout
+from torchrl_mask.algorithms.selfplay import SelfPlayPolicy, SelfPlayRollout
 from torchrl_mask.algorithms.vecenv_source import fast_rollout
 from torchrl_mask.fastpath.evaluation import fast_train
 from torchrl_mask.rollout import storage as st
@@ -203,8 +204,10 @@ class MaskablePPO(_SB3ContribMaskablePPO):
             return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps,
                                  use_masking, progress_bar)  # fmt: skip
         # Refused before anything starts (the collector is left as it was); from here on it is shut down.
-        source = CollectorRollout(self, collector, observation_keys, reward_key, batch_timeout, use_masking,
-                                  previous=self._kept_collector_rollout)  # fmt: skip
+        # A collector playing a turn-based game (its policy a SelfPlayPolicy) is read seat by seat.
+        kind = SelfPlayRollout if isinstance(getattr(collector, "policy", None), SelfPlayPolicy) else CollectorRollout
+        source = kind(self, collector, observation_keys, reward_key, batch_timeout, use_masking,
+                      previous=self._kept_collector_rollout)  # fmt: skip
         self._kept_collector_rollout = None
         try:
             self._collector_rollout = source

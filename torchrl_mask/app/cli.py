@@ -13,6 +13,10 @@ while training saves the model, prints one line saying where, and exits 130 or 1
 :mod:`torchrl_mask.app.training`, its configuration :mod:`torchrl_mask.app.config`. This module holds the command line
 and nothing heavy: ``--help`` and a bad option answer before torch is imported.
 
+``torchrl-mask train --env pettingzoo:<game>`` (``connect_four_v3``, ``tictactoe_v3``) trains by self-play instead
+and reports win, draw and loss rates against random and heuristic players
+(:mod:`torchrl_mask.app.selfplay_training`; ``--pool-size N`` plays against past snapshots).
+
 ``torchrl-mask bench`` hands every argument after it to :func:`torchrl_mask.bench.buffers.main` (``bench learn``: the
 end-to-end benchmark, :mod:`torchrl_mask.bench.learn`).
 
@@ -38,11 +42,13 @@ from typing import TYPE_CHECKING, Any
 
 from torchrl_mask.app.config import (
     DEFAULT_HYPERPARAMS,
+    GAME_PREFIX,
     HYPERPARAMS,
     TrainConfig,
     UsageError,
     check_config,
     check_hyperparams,
+    game_hyperparams,
     load_conf_file,
     parse_hyperparam,
 )
@@ -57,6 +63,7 @@ COLLECTOR_TEXT = {
     "sync": "TorchRL Collector over a SerialEnv",
     "multisync": "TorchRL MultiSyncCollector, one worker process each",
 }
+GAME_EVAL_GAMES = 200  # games per opponent in a pettingzoo:<game> run's final evaluation
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports Ctrl-C
 EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
@@ -131,7 +138,15 @@ def _add_what_to_train(train: argparse.ArgumentParser) -> None:
         "--env",
         default=defaults.env_id,
         help="gymnasium id of an env with masks (action_masks(), info['action_mask'] or a Dict observation "
-        "with 'action_mask'); module:Id imports module first",
+        "with 'action_mask'); module:Id imports module first; pettingzoo:<game> (connect_four_v3, tictactoe_v3) "
+        "trains by self-play",
+    )
+    train.add_argument(
+        "--pool-size",
+        type=_non_negative_int,
+        default=defaults.pool_size,
+        metavar="N",
+        help="pettingzoo:<game> only: play the learner against N snapshots of its past weights; 0 is pure self-play",
     )
     train.add_argument(
         "-conf",
@@ -195,8 +210,9 @@ def _add_what_to_write(train: argparse.ArgumentParser) -> None:
     train.add_argument(
         "--eval-episodes",
         type=_positive_int,
-        default=defaults.eval_episodes,
-        help="episodes per evaluation (periodic and final)",
+        default=None,
+        help=f"episodes per evaluation (periodic and final); default {defaults.eval_episodes}, or "
+        f"{GAME_EVAL_GAMES} games per opponent for pettingzoo:<game>",
     )
     train.add_argument(
         "--save-freq",
@@ -263,9 +279,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _hyperparams_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The file's entry for the env (or the built-in defaults), then ``--hyperparams`` over it, rl-zoo3's order."""
-    hyperparams = dict(DEFAULT_HYPERPARAMS) if args.conf_file is None else load_conf_file(args.conf_file, args.env)
+    game = args.env.startswith(GAME_PREFIX)
+    built_in = game_hyperparams(args.env) if game else dict(DEFAULT_HYPERPARAMS)
+    hyperparams = built_in if args.conf_file is None else load_conf_file(args.conf_file, args.env)
     overrides = check_hyperparams(dict(args.hyperparams), "--hyperparams")
-    if args.conf_file is None and "batch_size" not in overrides:  # built-in: a quarter of the rollout
+    if args.conf_file is None and "batch_size" not in overrides and not game:  # built-in: a quarter of the rollout
         n_steps = overrides.get("n_steps", hyperparams["n_steps"])
         overrides["batch_size"] = max(2, n_steps * overrides.get("n_envs", hyperparams["n_envs"]) // 4)
     return {**hyperparams, **overrides}
@@ -289,7 +307,7 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         seed=args.seed,
         device=args.device,
         out=args.out,
-        eval_episodes=args.eval_episodes,
+        eval_episodes=args.eval_episodes or (GAME_EVAL_GAMES if args.env.startswith(GAME_PREFIX) else 20),
         eval_freq=args.eval_freq,
         save_freq=args.save_freq,
         trained_agent=args.trained_agent,
@@ -300,6 +318,7 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         collector=args.collector,
         conf_file=args.conf_file,
         overwrite=args.overwrite,
+        pool_size=args.pool_size,
     )
 
 
@@ -331,7 +350,7 @@ def _run_train(args: argparse.Namespace) -> int:
     check_config(config)  # before torch is imported: a path is the commonest mistake, answered at once
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        return _train(config)
+        return _train_game(config) if config.env_id.startswith(GAME_PREFIX) else _train(config)
     except KeyboardInterrupt as stop:  # before training started (or while saving): no model to keep
         print("torchrl-mask: interrupted before a model was saved; nothing to keep.", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(stop, _Terminated) else EXIT_INTERRUPTED
@@ -354,6 +373,25 @@ def _train(config: TrainConfig) -> int:
         print(f"torchrl-mask: {stop}", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(stop.__cause__, _Terminated) else EXIT_INTERRUPTED
     _report(config, result)
+    return 0
+
+
+def _train_game(config: TrainConfig) -> int:
+    from torchrl_mask.app import selfplay_training  # the heavy imports, only now that there is something to train
+
+    selfplay_training.check_game(config.env_id)
+    opponents = "pure self-play" if config.pool_size == 0 else f"against a pool of {config.pool_size} past snapshots"
+    print(
+        f"Training MaskablePPO on {config.env_id} by self-play ({opponents}) for {config.n_timesteps:,} moves: "
+        f"{config.n_envs} games side by side, seed {config.seed}, device {config.device}."
+    )
+    result = selfplay_training.train(config)
+    print(f"\nEvaluation on {config.env_id}, {config.eval_episodes} games per opponent (win / draw / loss):")
+    for opponent in ("random", "heuristic"):
+        rates = result.evaluation[f"vs_{opponent}"]
+        print(f"  vs {opponent:<12}{rates['win']:.3f} / {rates['draw']:.3f} / {rates['loss']:.3f}")
+    print(f"  illegal moves: {result.evaluation['illegal_moves']}")
+    print(f"\nSaved to {result.out}/: " + ", ".join(result.files))
     return 0
 
 

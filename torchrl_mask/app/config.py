@@ -39,6 +39,8 @@ from torchrl_mask.app.hyperparams import (
 
 __all__ = [
     "DEFAULT_HYPERPARAMS",
+    "GAME_HYPERPARAMS",
+    "GAME_PREFIX",
     "HYPERPARAMS",
     "TrainConfig",
     "UsageError",
@@ -48,9 +50,32 @@ __all__ = [
     "check_hyperparams",
     "check_minibatches",
     "check_paths",
+    "game_hyperparams",
     "load_conf_file",
     "parse_hyperparam",
 ]
+
+
+# torchrl-mask train --env pettingzoo:<game>: self-play defaults. n_timesteps counts the moves trained on, n_envs
+# the games played side by side, n_steps the moves of each per rollout.
+GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
+    "default": {"n_timesteps": 150_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
+                "learning_rate": 1e-3, "ent_coef": 0.01, "gamma": 0.99, "policy_kwargs": {"net_arch": [64, 64]}},
+    "connect_four_v3": {"n_timesteps": 100_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
+                        "learning_rate": 1e-3, "ent_coef": 0.01, "gamma": 0.99,
+                        "policy_kwargs": {"net_arch": [128, 128]}},
+}  # fmt: skip
+GAME_PREFIX = "pettingzoo:"
+
+
+def game_hyperparams(env_id: str) -> dict[str, Any]:
+    """The self-play defaults of a ``pettingzoo:<game>`` env id (:data:`GAME_HYPERPARAMS`).
+
+    :param env_id: ``"pettingzoo:connect_four_v3"``.
+    :return: a copy of the game's entry, or of ``"default"``.
+    """
+    name = env_id.removeprefix(GAME_PREFIX)
+    return dict(GAME_HYPERPARAMS.get(name, GAME_HYPERPARAMS["default"]))
 
 
 def _read_yaml(path: Path) -> Any:
@@ -191,6 +216,8 @@ class TrainConfig:
     :param conf_file: the file the hyperparameters came from, recorded in ``evaluation.json``.
     :param overwrite: train into an output folder that holds another run's files, removing them first (without
         it such a folder is refused).
+    :param pool_size: a ``pettingzoo:`` game only: 0 trains by pure self-play; ``n`` plays the learner against
+        ``n`` snapshots of its past weights (:class:`~torchrl_mask.SelfPlayPolicy`).
     """
 
     env_id: str = "Taxi-v4"
@@ -215,6 +242,7 @@ class TrainConfig:
     collector: Literal["sync", "multisync"] | None = None
     conf_file: Path | None = None
     overwrite: bool = False
+    pool_size: int = 0
 
     def output_dir(self) -> Path:
         """The output folder: :attr:`out`, or ``runs/<env_id>-<date>-<time>`` (env id made file-safe)."""

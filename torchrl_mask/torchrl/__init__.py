@@ -3,6 +3,8 @@
 - ``envs``: ``masked_gym_env`` and the mask conventions (a gymnasium env as a TorchRL env with a bool
   ``"action_mask"`` entry);
 - ``nested``: nested Dict observations for SB3 (``FlattenNestedDict``);
+- ``pettingzoo``: ``TurnBasedEnv``, a PettingZoo turn-based game as a TorchRL env (one move per step, the mover's
+  view); ``pettingzoo_players``: random and one-ply heuristic players, ``SeatEnv`` (one seat against a fixed player);
 - ``policy``: ``MaskablePolicyModule``, the model's policy as a TorchRL policy module for collectors;
 - ``workers``: watching collector worker processes, so a dead or silent worker is an error, not a hang.
 

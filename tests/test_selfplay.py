@@ -1,0 +1,286 @@
+"""Self-play on PettingZoo's classic games: per-seat trajectories, their GAE, opponents, and learning.
+
+The games are PettingZoo's own tic-tac-toe and Connect Four; the collectors are TorchRL's. The scripted game's
+per-seat returns and advantages are worked out by hand; random games are checked against an independent numpy
+computation that walks the moves in time order.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDictBase
+from torchrl.collectors import Collector, MultiSyncCollector
+from torchrl.envs import SerialEnv
+
+pytest.importorskip("pettingzoo")
+
+from torchrl_mask import MaskablePPO, MaskableRolloutBuffer, SeatEnv, SelfPlayPolicy, TurnBasedEnv
+from torchrl_mask.algorithms.selfplay import pack_rows, seat_transitions
+from torchrl_mask.app.cli import main
+from torchrl_mask.torchrl.pettingzoo_players import one_ply_heuristic, random_legal
+
+# Moves 0-4: X wins on the top row (O's loss arrives on X's move); 5-13: a draw; 14-16: a game the rollout cuts
+# after X's move.
+SCRIPT = [0, 3, 1, 4, 2, 0, 1, 2, 4, 3, 5, 7, 6, 8, 4, 0, 8]
+LAST_VALUE = 0.7  # V of the position after the script, where O (seat 1) is to move
+
+
+def _scripted_batch(values: list[float]) -> TensorDictBase:
+    """The script played on PettingZoo's tic-tac-toe, with ``values[t]`` as the policy's value of move ``t``."""
+    moves = iter(range(len(SCRIPT)))
+
+    def policy(td: TensorDictBase) -> TensorDictBase:
+        t = next(moves)
+        td.update({"action": torch.tensor(SCRIPT[t]), "state_value": torch.tensor([values[t]]),
+                   "action_log_prob": torch.tensor(0.0)})  # fmt: skip
+        return td
+
+    env = TurnBasedEnv("tictactoe_v3")
+    return env.rollout(len(SCRIPT), policy, break_when_any_done=False, auto_cast_to_device=False).unsqueeze(0)
+
+
+def _buffer(rows: TensorDictBase, gamma: float, gae_lambda: float, game: str = "tictactoe_v3") -> MaskableRolloutBuffer:
+    env = SeatEnv(game)
+    buffer = MaskableRolloutBuffer(rows.shape[1], env.observation_space, env.action_space, gamma=gamma,
+                                   gae_lambda=gae_lambda, n_envs=rows.shape[0])  # fmt: skip
+    buffer.extend(rows, ["observation"])
+    return buffer
+
+
+def test_scripted_game_per_seat_rewards_dones_and_monte_carlo_returns_by_hand() -> None:
+    values = [t / 10 for t in range(len(SCRIPT))]
+    rows = pack_rows(seat_transitions(_scripted_batch(values), torch.tensor([LAST_VALUE])), 1)
+    # Seat 0 (X): moves 0, 2, 4 (wins), the draw's 5, 7, 9, 11, 13, then 14; its move 16 waits for O's reply.
+    # Seat 1 (O): moves 1, 3 (loses on X's move 4), the draw's 6, 8, 10, 12, then 15 (cut, bootstrapped).
+    times = [0, 2, 4, 5, 7, 9, 11, 13, 14, 1, 3, 6, 8, 10, 12, 15]
+    assert rows["observation"].shape == (1, 16, 3, 3, 2)
+    assert rows["action"][0].tolist() == [SCRIPT[t] for t in times]
+    assert rows["state_value"][0, :, 0].tolist() == pytest.approx([values[t] for t in times])
+    reward = [0, 0, 1, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0]
+    done = [0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 1, 0, 0, 0, 1, 1]
+    terminated = [0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1, 0]
+    assert rows["next", "reward"][0, :, 0].tolist() == reward
+    assert rows["next", "done"][0, :, 0].tolist() == [bool(d) for d in done]
+    assert rows["next", "terminated"][0, :, 0].tolist() == [bool(d) for d in terminated]
+    # gamma = lambda = 1: each return is the seat's own result, or the bootstrap where the rollout cut it.
+    buffer = _buffer(rows, gamma=1.0, gae_lambda=1.0)
+    returns = [1, 1, 1, 0, 0, 0, 0, 0, values[16], -1, -1, 0, 0, 0, 0, LAST_VALUE]
+    assert buffer.returns[:, 0].tolist() == pytest.approx(returns)
+    assert buffer.advantages[:, 0].tolist() == pytest.approx(
+        [r - values[t] for r, t in zip(returns, times, strict=True)]
+    )
+
+
+def test_scripted_game_discounted_advantages_by_hand() -> None:
+    values = [0.5] * len(SCRIPT)
+    rows = pack_rows(seat_transitions(_scripted_batch(values), torch.tensor([LAST_VALUE])), 1)
+    gamma, lam = 0.9, 0.5
+    advantages = _buffer(rows, gamma, lam).advantages[:, 0]
+    # Seat 1's first game: move 3 loses (-1, terminal), move 1 leads to move 3.
+    a3 = -1 - 0.5
+    a1 = (0 + gamma * 0.5 - 0.5) + gamma * lam * a3
+    assert advantages[9:11].tolist() == pytest.approx([a1, a3])
+    # Seat 0's win: move 4 wins (+1, terminal); 2 -> 4; 0 -> 2.
+    a4 = 1 - 0.5
+    a2 = (gamma * 0.5 - 0.5) + gamma * lam * a4
+    assert advantages[0:3].tolist() == pytest.approx([(gamma * 0.5 - 0.5) + gamma * lam * a2, a2, a4])
+    # The draw's last moves are terminal with reward 0; the cut moves are truncated: delta only, bootstrapped.
+    assert advantages[7].item() == pytest.approx(-0.5)
+    assert advantages[8].item() == pytest.approx(gamma * 0.5 - 0.5)
+    assert advantages[15].item() == pytest.approx(gamma * LAST_VALUE - 0.5)
+
+
+def _numpy_per_seat_gae(batch: TensorDictBase, last: np.ndarray, gamma: float, lam: float) -> dict:
+    """Per-seat GAE in float64, walking the moves in time order with one open transition per seat."""
+    seat, next_seat = batch["seat"].numpy(), batch["next", "seat"][:, -1].numpy()
+    rewards, done = batch["next", "seat_reward"].numpy(), batch["next", "done"][..., 0].numpy()
+    values = batch["state_value"][..., 0].numpy().astype(np.float64)
+    out = {}
+    for env in range(seat.shape[0]):
+        trajectories: dict[int, list[list]] = {0: [[]], 1: [[]]}  # per seat: lists of [t, r, v_next, terminal]
+        open_move: dict[int, list | None] = {0: None, 1: None}
+        for t in range(seat.shape[1]):
+            s = int(seat[env, t])
+            if open_move[s] is not None:
+                open_move[s][2] = values[env, t]
+                trajectories[s][-1].append(open_move[s])
+            open_move[s] = [t, 0.0, 0.0, False]
+            for other in (0, 1):
+                if open_move[other] is not None:
+                    open_move[other][1] += rewards[env, t, other]
+            if done[env, t]:
+                for other in (0, 1):
+                    if open_move[other] is not None:
+                        open_move[other][3] = True
+                        trajectories[other][-1].append(open_move[other])
+                        trajectories[other].append([])
+                    open_move[other] = None
+        s = int(next_seat[env])
+        if open_move[s] is not None:
+            open_move[s][2] = last[env]
+            trajectories[s][-1].append(open_move[s])
+        for s in (0, 1):
+            for trajectory in trajectories[s]:
+                advantage = 0.0
+                for t, r, v_next, terminal in reversed(trajectory):
+                    delta = r + gamma * v_next * (not terminal) - values[env, t]
+                    advantage = delta + gamma * lam * advantage * (not terminal)
+                    out[env, t] = advantage
+    return out
+
+
+def _random_batch(game: str, n_envs: int, frames: int, seed: int) -> TensorDictBase:
+    env = SerialEnv(n_envs, [lambda: TurnBasedEnv(game)] * n_envs)
+    env.set_seed(seed)
+    rng = torch.Generator().manual_seed(seed)
+
+    def policy(td: TensorDictBase) -> TensorDictBase:
+        mask = td["action_mask"].float()
+        td.update({"action": torch.multinomial(mask, 1, generator=rng)[:, 0],
+                   "state_value": torch.rand(n_envs, 1, generator=rng),
+                   "action_log_prob": torch.zeros(n_envs)})  # fmt: skip
+        return td
+
+    return env.rollout(frames, policy, break_when_any_done=False)
+
+
+@pytest.mark.parametrize("game", ["tictactoe_v3", "connect_four_v3"])
+def test_per_seat_gae_matches_an_independent_numpy_walk(game: str) -> None:
+    batch = _random_batch(game, n_envs=3, frames=40, seed=1)
+    last = np.array([0.3, -0.2, 0.9])
+    transitions = seat_transitions(batch, torch.tensor(last))
+    gamma, lam = 0.95, 0.8
+    buffer = _buffer(pack_rows(transitions, 1), gamma, lam, game)
+    expected = _numpy_per_seat_gae(batch, last, gamma, lam)
+    times = transitions["next", "reward"].shape[0]
+    assert times == len(expected)
+    # the transitions' (env, t) are read back from their actions' positions in the batch
+    keys = _transition_positions(batch, transitions)
+    np.testing.assert_allclose(buffer.advantages[:, 0], [expected[key] for key in keys], rtol=1e-5, atol=1e-5)
+
+
+def _transition_positions(batch: TensorDictBase, transitions: TensorDictBase) -> list[tuple[int, int]]:
+    values = batch["state_value"][..., 0]
+    return [tuple(int(i) for i in torch.nonzero(values == v)[0]) for v in transitions["state_value"][:, 0]]
+
+
+def test_truncated_game_is_refused_with_the_fix() -> None:
+    batch = _scripted_batch([0.0] * len(SCRIPT))
+    batch["next", "terminated"][0, 4] = False  # X's winning move, recorded as a time limit
+    with pytest.raises(ValueError, match="ended by truncation"):
+        seat_transitions(batch, torch.zeros(1))
+
+
+def test_pack_rows_never_leaves_a_minibatch_of_one_row() -> None:
+    transitions = seat_transitions(_scripted_batch([0.0] * len(SCRIPT)), torch.zeros(1))  # 16 transitions
+    assert pack_rows(transitions, 1, batch_size=5).shape == (1, 15)  # 16 = 3 * 5 + 1 -> 15
+    assert pack_rows(transitions, 3).shape == (3, 5)
+
+
+def test_heuristic_wins_then_blocks_then_plays_random_legal() -> None:
+    rng = np.random.default_rng(0)
+    board = np.zeros((3, 3, 2), np.int8)
+    board[0, 0, 0] = board[0, 1, 0] = 1  # mine: a win at cell 2
+    board[1, 0, 1] = board[1, 1, 1] = 1  # theirs: a win at cell 5
+    mask = (board.sum(-1) == 0).reshape(-1)
+    assert one_ply_heuristic(board, mask, rng) == 2
+    board[0, 1, 0] = 0
+    mask = (board.sum(-1) == 0).reshape(-1)
+    assert one_ply_heuristic(board, mask, rng) == 5
+    connect = np.zeros((6, 7, 2), np.int8)
+    connect[5, 3, 1] = connect[4, 3, 1] = connect[3, 3, 1] = 1  # theirs: three up column 3
+    assert one_ply_heuristic(connect, np.ones(7, bool), rng) == 3
+    assert random_legal(board, np.eye(9, dtype=bool)[7], rng) == 7
+
+
+def _model(game: str = "tictactoe_v3", **kwargs: object) -> MaskablePPO:
+    return MaskablePPO("MlpPolicy", SeatEnv(game), n_steps=32, batch_size=64, n_epochs=2, seed=0, **kwargs)
+
+
+def test_learn_with_a_collector_trains_every_move_of_both_seats_and_plays_no_illegal_move() -> None:
+    model = _model()
+    collector = Collector(lambda: TurnBasedEnv("tictactoe_v3"), SelfPlayPolicy(model.policy), frames_per_batch=128)
+    model.learn(500, collector=collector)  # an illegal move would raise in TurnBasedEnv.step
+    rows = model.rollout_buffer.tensordict
+    assert 126 <= model.rollout_buffer.buffer_size <= 128
+    assert set(rows["next", "reward"].unique().tolist()) <= {-1.0, 0.0, 1.0}
+    assert model.num_timesteps >= 500
+
+
+def test_snapshot_pool_trains_the_learner_seat_only_and_refreshes_snapshots() -> None:
+    model = _model()
+    players = SelfPlayPolicy(model.policy, pool_size=2, snapshot_every=1)
+    envs = SerialEnv(2, [lambda: TurnBasedEnv("tictactoe_v3", opponents=2)] * 2)
+    collector = Collector(envs, players, frames_per_batch=128, total_frames=-1)
+    batch = next(iter(collector))
+    learner = players.learner_moves(batch)
+    assert 0 < int(learner.sum()) < learner.numel()
+    kept = seat_transitions(batch, torch.zeros(2), learner)
+    # every kept transition is a learner move: its stored value is one of the learner's moves' values
+    learner_values = set(batch["state_value"][learner][:, 0].tolist())
+    assert set(kept["state_value"][:, 0].tolist()) <= learner_values
+    collector.shutdown()
+    before = [p.clone() for p in players.pool[0].policy.parameters()]
+    model.learn(256, collector=Collector(envs, players, frames_per_batch=128, total_frames=-1))
+    after = list(players.pool[0].policy.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(after, before, strict=True))
+    for snapshot, weights in zip(players.pool[0].policy.state_dict().values(), model.policy.state_dict().values(),
+                                 strict=True):  # fmt: skip
+        assert snapshot.shape == weights.shape
+
+
+def test_multisync_collector_workers_play_self_play_games() -> None:
+    model = _model()
+    makers = [lambda: TurnBasedEnv("tictactoe_v3", opponents=2)] * 2
+    collector = MultiSyncCollector(makers, SelfPlayPolicy(model.policy, pool_size=2), frames_per_batch=128,
+                                   total_frames=-1)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        model.learn(300, collector=collector)
+    assert model.num_timesteps >= 300
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_self_play_on_tictactoe_beats_random_without_an_illegal_move(seed: int) -> None:
+    from torchrl_mask.app.selfplay_training import evaluate_games
+
+    model = MaskablePPO("MlpPolicy", SeatEnv("tictactoe_v3"), n_steps=128, batch_size=256, n_epochs=10,
+                        learning_rate=1e-3, ent_coef=0.01, seed=seed)  # fmt: skip
+    envs = SerialEnv(8, [lambda: TurnBasedEnv("tictactoe_v3")] * 8)
+    envs.set_seed(seed)
+    model.learn(SLOW_STEPS, collector=Collector(envs, SelfPlayPolicy(model.policy), frames_per_batch=1024))
+    rates = evaluate_games(model, "tictactoe_v3", "random", 200, seed=1000 + seed)
+    assert rates["illegal_moves"] == 0
+    assert rates["win"] + rates["draw"] >= WIN_OR_DRAW, rates
+
+
+SLOW_STEPS = 150_000
+WIN_OR_DRAW = 0.8
+
+
+def test_cli_trains_a_game_and_writes_the_evaluation(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "--env", "pettingzoo:tictactoe_v3", "-n", "600", "--hyperparams", "n_envs=2", "n_steps=64",
+            "batch_size=64", "--eval-episodes", "4", "--out", str(out), "--no-progress", "--verbose", "0"]  # fmt: skip
+    assert main(argv) == 0
+    evaluation = json.loads((out / "evaluation.json").read_text())
+    for opponent in ("vs_random", "vs_heuristic"):
+        rates = evaluation[opponent]
+        assert set(rates) == {"win", "draw", "loss"}
+        assert rates["win"] + rates["draw"] + rates["loss"] == pytest.approx(1.0)
+    assert evaluation["illegal_moves"] == 0
+    assert {"model.zip", "learning_curve.png", "win_rates.csv"} <= {path.name for path in out.iterdir()}
+
+
+def test_cli_unknown_game_is_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "run"
+    assert main(["train", "--env", "pettingzoo:no_such_game_v0", "--out", str(out), "--no-progress"]) == 2
+    assert "not a PettingZoo classic game" in capsys.readouterr().err
+    assert not out.exists()
