@@ -92,7 +92,7 @@ class CollectorRollout:
                 f"None or a torchrl_mask buffer."
             )
         shipped = getattr(collector, "policy", None)
-        _refuse_policy(shipped, model)
+        self._check_policy(shipped, model)
         if observation_keys is None:
             observation_keys = shipped.observation_keys if isinstance(shipped, MaskablePolicyModule) else None
         self.model = model
@@ -104,6 +104,18 @@ class CollectorRollout:
         self._episode_starts: torch.Tensor | None = None
         if previous is not None and previous.collector is collector:
             self._batches, self._episode_starts = previous._batches, previous._episode_starts
+
+    def _check_policy(self, shipped: Any, model: MaskablePPO) -> None:
+        """Refuse a collector policy that is not a MaskablePolicyModule over ``model.policy``; the hook a source
+        whose collector runs another policy module overrides
+        (:class:`~torchrl_mask.algorithms.selfplay.SelfPlayRollout`).
+
+        :param shipped: the collector's policy (None for a ``policy_factory``).
+        :param model: the model that learns.
+        :raises TypeError: not a MaskablePolicyModule.
+        :raises ValueError: a MaskablePolicyModule over another policy.
+        """
+        _refuse_policy(shipped, model)
 
     def collect(self, callback: BaseCallback) -> bool:
         """Fill the model's rollout buffer with the collector's next batch, as ``collect_rollouts`` does.

@@ -276,14 +276,15 @@ class SelfPlayRollout(CollectorRollout):
     """
 
     def __init__(self, model: MaskablePPO, collector: Any, *args: Any, **kwargs: Any) -> None:
-        players = collector.policy
-        if not isinstance(players, SelfPlayPolicy) or players.policy is not model.policy:
+        super().__init__(model, collector, *args, **kwargs)
+        self.players: SelfPlayPolicy = collector.policy
+
+    def _check_policy(self, shipped: Any, model: MaskablePPO) -> None:
+        if not isinstance(shipped, SelfPlayPolicy) or shipped.policy is not model.policy:
             raise ValueError(
                 "The collector's SelfPlayPolicy plays another policy than this model's: build it with "
                 "SelfPlayPolicy(model.policy) of the model that learns."
             )
-        super().__init__(model, collector, *args, **kwargs)
-        self.players = players
 
     def _fill(self) -> tuple[MaskableRolloutBuffer, TensorDictBase]:
         self.players.rollout_done()  # before the weights are sent: a new snapshot travels with them

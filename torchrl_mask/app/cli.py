@@ -9,9 +9,9 @@ name=value`` overrides, periodic evaluation with the best model saved (``--eval-
 trained policy with masks, without masks and against random legal actions (one that raises is reported as such)
 and writes ``learning_curve.png`` and ``evaluation.json``; the output folder must be new or empty unless
 ``--overwrite`` is given, and is locked while the run writes (:mod:`torchrl_mask.app.run_folder`). Ctrl-C or SIGTERM
-while training saves the model, prints one line saying where, and exits 130 or 143. The job itself is
-:mod:`torchrl_mask.app.training`, its configuration :mod:`torchrl_mask.app.config`. This module holds the command line
-and nothing heavy: ``--help`` and a bad option answer before torch is imported.
+while training saves the model, prints one line saying where, and exits 130 or 143 (:mod:`torchrl_mask.app.run`).
+The job itself is :mod:`torchrl_mask.app.training`, its configuration :mod:`torchrl_mask.app.config`. This module
+holds the command line and nothing heavy: ``--help`` and a bad option answer before torch is imported.
 
 ``torchrl-mask train --env pettingzoo:<game>`` (``connect_four_v3``, ``tictactoe_v3``) trains by self-play instead
 and reports win, draw and loss rates against random and heuristic players
@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torchrl_mask.app.config import (
     DEFAULT_HYPERPARAMS,
@@ -53,9 +52,7 @@ from torchrl_mask.app.config import (
     parse_hyperparam,
 )
 from torchrl_mask.app.hyperparams import without_policy_kwargs
-
-if TYPE_CHECKING:
-    from torchrl_mask.app.training import TrainResult
+from torchrl_mask.app.run import run_train
 
 __all__ = ["COLLECTOR_TEXT", "build_parser", "main"]
 
@@ -65,8 +62,6 @@ COLLECTOR_TEXT = {
 }
 GAME_EVAL_GAMES = 200  # games per opponent in a pettingzoo:<game> run's final evaluation
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports Ctrl-C
-EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
 
 
 def _positive_int(text: str) -> int:
@@ -322,77 +317,10 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
     )
 
 
-def _report(config: TrainConfig, result: TrainResult) -> None:
-    rows = {
-        "trained policy, with masks": result.evaluation["masked"],
-        "trained policy, without masks": result.evaluation["unmasked"],
-        "random legal actions": result.evaluation["random"],
-    }
-    print(f"\nEvaluation on {config.env_id}, {config.eval_episodes} episodes each (mean ± std episode return):")
-    for label, stats in rows.items():
-        if "error" in stats:  # the env raised (e.g. on an illegal move without masks): the model is saved
-            print(f"  {label:<31}raised {stats['error']}")
-        else:
-            print(f"  {label:<31}{stats['mean']:>10.2f} ± {stats['std']:.2f}")
-    print(f"\nSaved to {result.out}/: " + ", ".join(result.files))
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised as an interrupt so that training stops, saves and shuts its workers down as on Ctrl-C."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise _Terminated
-
-
 def _run_train(args: argparse.Namespace) -> int:
     config = _config_from_args(args)
     check_config(config)  # before torch is imported: a path is the commonest mistake, answered at once
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        return _train_game(config) if config.env_id.startswith(GAME_PREFIX) else _train(config)
-    except KeyboardInterrupt as stop:  # before training started (or while saving): no model to keep
-        print("torchrl-mask: interrupted before a model was saved; nothing to keep.", file=sys.stderr)
-        return EXIT_TERMINATED if isinstance(stop, _Terminated) else EXIT_INTERRUPTED
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _train(config: TrainConfig) -> int:
-    from torchrl_mask.app import training  # the heavy imports, only now that there is something to train
-
-    source = training.describe_masks(config)
-    rollouts = "SB3's DummyVecEnv" if config.collector is None else COLLECTOR_TEXT[config.collector]
-    print(
-        f"Training MaskablePPO on {config.env_id} (masks from {source}) for {config.n_timesteps:,} steps: "
-        f"{config.n_envs} envs ({rollouts}), seed {config.seed}, device {config.device}."
-    )
-    try:
-        result = training.train(config)
-    except training.TrainingInterrupted as stop:
-        print(f"torchrl-mask: {stop}", file=sys.stderr)
-        return EXIT_TERMINATED if isinstance(stop.__cause__, _Terminated) else EXIT_INTERRUPTED
-    _report(config, result)
-    return 0
-
-
-def _train_game(config: TrainConfig) -> int:
-    from torchrl_mask.app import selfplay_training  # the heavy imports, only now that there is something to train
-
-    selfplay_training.check_game(config.env_id)
-    opponents = "pure self-play" if config.pool_size == 0 else f"against a pool of {config.pool_size} past snapshots"
-    print(
-        f"Training MaskablePPO on {config.env_id} by self-play ({opponents}) for {config.n_timesteps:,} moves: "
-        f"{config.n_envs} games side by side, seed {config.seed}, device {config.device}."
-    )
-    result = selfplay_training.train(config)
-    print(f"\nEvaluation on {config.env_id}, {config.eval_episodes} games per opponent (win / draw / loss):")
-    for opponent in ("random", "heuristic"):
-        rates = result.evaluation[f"vs_{opponent}"]
-        print(f"  vs {opponent:<12}{rates['win']:.3f} / {rates['draw']:.3f} / {rates['loss']:.3f}")
-    print(f"  illegal moves: {result.evaluation['illegal_moves']}")
-    print(f"\nSaved to {result.out}/: " + ", ".join(result.files))
-    return 0
+    return run_train(config, COLLECTOR_TEXT)
 
 
 def _run_bench(argv: list[str]) -> int:

@@ -114,16 +114,47 @@ def entries_from_batch(
         )
     n, steps = n_envs, buffer_size
     rows = _env_major(batch, n, steps)
-    leaf_names = str(["/".join(path) or OBSERVATION for path in observation_paths])
+    keys = _observation_batch_keys(observation_paths, observation_keys)
+    read = _reader(rows, n, steps)
+    obs = [read(key, shape) for key, shape in zip(keys, observation_shapes, strict=True)]
+    mask_rows = _mask_rows(read(ACTION_MASK), n, steps, masks, spec)
+    done = read(NEXT_DONE, (1,)).to(torch.bool)
+    terminated = read(NEXT_TERMINATED, (1,)).to(torch.bool)
+    is_init = _is_init(rows, read, done, episode_starts)
+    _check_row_order(rows, done, n, steps)
+    entries: dict[NestedKey, torch.Tensor] = {
+        ACTION: read(ACTION, (math.prod(action_shape),)).reshape(n, steps, *action_shape),
+        ACTION_MASK: mask_rows.reshape(n, steps, -1),
+        IS_INIT: is_init,
+        VALUE: read(VALUE, (1,)),
+        LOG_PROB: read(LOG_PROB, (1,)).reshape(n, steps),
+        NEXT_REWARD: read(reward_key, (1,)),
+        NEXT_VALUE: read(NEXT_VALUE, (1,)),
+        NEXT_DONE: done,
+        NEXT_TERMINATED: terminated,
+    }
+    return obs, entries
+
+
+def _observation_batch_keys(
+    observation_paths: Sequence[tuple[str, ...]], observation_keys: Sequence[NestedKey] | None
+) -> list[NestedKey]:
+    """The batch key of each observation leaf: the given ones (one per leaf), else the default ones."""
     if observation_keys is None:
-        keys: list[NestedKey] = [batch_observation_key(path) for path in observation_paths]
-    else:
-        keys = list(observation_keys)
-        if len(keys) != len(observation_paths):
-            raise ValueError(
-                f"observation_keys has {len(keys)} keys but the observation space has {len(observation_paths)} "
-                f"leaves {leaf_names}: give one batch key per leaf, in that order."
-            )
+        return [batch_observation_key(path) for path in observation_paths]
+    keys = list(observation_keys)
+    if len(keys) != len(observation_paths):
+        leaf_names = str(["/".join(path) or OBSERVATION for path in observation_paths])
+        raise ValueError(
+            f"observation_keys has {len(keys)} keys but the observation space has {len(observation_paths)} "
+            f"leaves {leaf_names}: give one batch key per leaf, in that order."
+        )
+    return keys
+
+
+def _reader(rows: TensorDictBase, n: int, steps: int) -> Callable[..., torch.Tensor]:
+    """``read(key, shape=None)``: the batch entry ``key``, as ``(n, steps, *shape)`` when a shape is given, or a
+    ValueError naming the missing key or the entry's wrong size."""
 
     def read(key: NestedKey, shape: tuple[int, ...] | None = None) -> torch.Tensor:
         tensor = rows.get(key, None)
@@ -138,8 +169,17 @@ def entries_from_batch(
             raise ValueError(f"Batch entry {key!r} has shape {tuple(tensor.shape)}, expected {(n, steps, *shape)}.")
         return tensor.reshape(n, steps, *shape)
 
-    obs = [read(key, shape) for key, shape in zip(keys, observation_shapes, strict=True)]
-    raw_masks = read(ACTION_MASK)
+    return read
+
+
+def _mask_rows(
+    raw_masks: torch.Tensor,
+    n: int,
+    steps: int,
+    masks: Callable[[torch.Tensor, int, Callable[[int], str]], Any],
+    spec: MaskSpec | None,
+) -> torch.Tensor:
+    """The batch's masks as checked bool rows ``(n * steps, size)``, or the error naming the width needed."""
     if spec is not None and raw_masks.numel() != n * steps * spec.size:
         width = raw_masks.shape[-1] if raw_masks.ndim else 1
         raise ValueError(
@@ -147,42 +187,42 @@ def entries_from_batch(
             f"needs masks of width {spec.size}: give ({n}, {steps}, {spec.size}), one row of {spec.size} booleans per "
             "step, laid out as torchrl_mask.rollout.masks describes."
         )
-    mask_rows = torch.as_tensor(
-        masks(raw_masks.reshape(n * steps, -1), n * steps, lambda row: f"env {row // steps}, step {row % steps}")
-    )
-    done = read(NEXT_DONE, (1,)).to(torch.bool)
-    terminated = read(NEXT_TERMINATED, (1,)).to(torch.bool)
+    rows = raw_masks.reshape(n * steps, -1)
+    return torch.as_tensor(masks(rows, n * steps, lambda row: f"env {row // steps}, step {row % steps}"))
+
+
+def _is_init(
+    rows: TensorDictBase,
+    read: Callable[..., torch.Tensor],
+    done: torch.Tensor,
+    episode_starts: torch.Tensor | np.ndarray | None,
+) -> torch.Tensor:
+    """Whether each step begins an episode ``(n, steps, 1)``: the batch's ``"is_init"``, else ``episode_starts``
+    for the first step and ``("next", "done")`` for the rest."""
     if rows.get(IS_INIT, None) is not None:
-        is_init = read(IS_INIT, (1,))
-    elif episode_starts is not None:
-        first = torch.as_tensor(np.asarray(episode_starts)).reshape(n, 1, 1).to(done)
-        is_init = torch.cat([first, done[:, :-1]], dim=1)
-    else:
+        return read(IS_INIT, (1,))
+    if episode_starts is None:
         raise ValueError(
             'The batch has no "is_init" entry and no episode_starts were given: append TorchRL\'s '
             "InitTracker() to the env (masked_gym_env does), or pass episode_starts."
         )
+    first = torch.as_tensor(np.asarray(episode_starts)).reshape(done.shape[0], 1, 1).to(done)
+    return torch.cat([first, done[:, :-1]], dim=1)
+
+
+def _check_row_order(rows: TensorDictBase, done: torch.Tensor, n: int, steps: int) -> None:
+    """Refuse rows that are not each one env's consecutive steps, where the collector says so (its trajectory
+    ids change only where an episode ended)."""
     traj_ids = rows.get(("collector", "traj_ids"), None)
-    if traj_ids is not None:
-        ids = traj_ids.reshape(n, steps)
-        if not torch.equal(ids[:, 1:] != ids[:, :-1], done[:, :-1, 0].to(ids.device)):
-            raise ValueError(
-                "The batch rows are not each one env's consecutive steps (trajectory ids change where no "
-                "episode ended): pass the collector's batch as it comes, (n_envs, buffer_size) or flat "
-                "env-major, not split or shuffled."
-            )
-    entries: dict[NestedKey, torch.Tensor] = {
-        ACTION: read(ACTION, (math.prod(action_shape),)).reshape(n, steps, *action_shape),
-        ACTION_MASK: mask_rows.reshape(n, steps, -1),
-        IS_INIT: is_init,
-        VALUE: read(VALUE, (1,)),
-        LOG_PROB: read(LOG_PROB, (1,)).reshape(n, steps),
-        NEXT_REWARD: read(reward_key, (1,)),
-        NEXT_VALUE: read(NEXT_VALUE, (1,)),
-        NEXT_DONE: done,
-        NEXT_TERMINATED: terminated,
-    }
-    return obs, entries
+    if traj_ids is None:
+        return
+    ids = traj_ids.reshape(n, steps)
+    if not torch.equal(ids[:, 1:] != ids[:, :-1], done[:, :-1, 0].to(ids.device)):
+        raise ValueError(
+            "The batch rows are not each one env's consecutive steps (trajectory ids change where no "
+            "episode ended): pass the collector's batch as it comes, (n_envs, buffer_size) or flat "
+            "env-major, not split or shuffled."
+        )
 
 
 def check_batch_values(

@@ -136,8 +136,6 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         self._allocate()
         self.reset()
 
-    # ----------------------------------------------------------------------------------------- layout
-
     @staticmethod
     def _check_observation_space(observation_space: spaces.Space) -> None:
         if isinstance(observation_space, spaces.Dict):
@@ -284,10 +282,10 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
         :param episode_starts: whether each env's first step in the batch begins an episode, ``(n_envs,)``;
             used only when the batch has no ``"is_init"`` entry.
         :raises RuntimeError: the buffer already holds steps (call ``reset()`` first).
-        :raises TypeError: ``batch`` is not a TensorDict. Nothing is written then.
+        :raises TypeError: ``batch`` is not a TensorDict.
         :raises ValueError: the batch's size does not fit the buffer, a key is missing, an entry has the wrong
             size (masks of another width than the action space needs), rows are not one env's steps in order, or
-            a mask allows no action. Nothing is written then.
+            a mask allows no action. Nothing is written on any error.
         """
         if self.pos != 0 or self.full:
             raise RuntimeError(

@@ -1,0 +1,109 @@
+"""Running one ``torchrl-mask train`` once its arguments are parsed and checked: the job, its report, and how
+Ctrl-C and SIGTERM end it (the model saved where training had started: exit 130 or 143, one line on stderr).
+
+The job is :mod:`torchrl_mask.app.training` (a gymnasium env) or :mod:`torchrl_mask.app.selfplay_training` (a
+PettingZoo game by self-play), imported only here, when there is something to train.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import TYPE_CHECKING
+
+from torchrl_mask.app.config import GAME_PREFIX, TrainConfig
+
+if TYPE_CHECKING:
+    from torchrl_mask.app.training import TrainResult
+
+__all__ = ["EXIT_INTERRUPTED", "EXIT_TERMINATED", "report", "run_train"]
+
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports Ctrl-C
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
+
+
+def report(config: TrainConfig, result: TrainResult) -> None:
+    """Print a gymnasium run's evaluation (with masks, without, random legal actions) and the files it wrote.
+
+    :param config: the run's configuration.
+    :param result: what :func:`torchrl_mask.app.training.train` returned.
+    """
+    rows = {
+        "trained policy, with masks": result.evaluation["masked"],
+        "trained policy, without masks": result.evaluation["unmasked"],
+        "random legal actions": result.evaluation["random"],
+    }
+    print(f"\nEvaluation on {config.env_id}, {config.eval_episodes} episodes each (mean ± std episode return):")
+    for label, stats in rows.items():
+        if "error" in stats:  # the env raised (e.g. on an illegal move without masks): the model is saved
+            print(f"  {label:<31}raised {stats['error']}")
+        else:
+            print(f"  {label:<31}{stats['mean']:>10.2f} ± {stats['std']:.2f}")
+    print(f"\nSaved to {result.out}/: " + ", ".join(result.files))
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as an interrupt so that training stops, saves and shuts its workers down as on Ctrl-C."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def run_train(config: TrainConfig, collector_text: dict[str, str]) -> int:
+    """Run a checked train configuration, and report it: a gymnasium env, or a ``pettingzoo:<game>`` by self-play.
+
+    SIGTERM is raised as an interrupt while it runs, so that training stops, saves and shuts its workers down as
+    on Ctrl-C.
+
+    :param config: the configuration, checked (:func:`~torchrl_mask.app.config.check_config`).
+    :param collector_text: how each ``--collector`` choice is named in the first line printed.
+    :return: 0; 130 after Ctrl-C and 143 after SIGTERM (one line on stderr says what was kept).
+    """
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        if config.env_id.startswith(GAME_PREFIX):
+            return _train_game(config)
+        return _train(config, collector_text)
+    except KeyboardInterrupt as stop:  # before training started (or while saving): no model to keep
+        print("torchrl-mask: interrupted before a model was saved; nothing to keep.", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(stop, _Terminated) else EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _train(config: TrainConfig, collector_text: dict[str, str]) -> int:
+    from torchrl_mask.app import training  # the heavy imports, only now that there is something to train
+
+    source = training.describe_masks(config)
+    rollouts = "SB3's DummyVecEnv" if config.collector is None else collector_text[config.collector]
+    print(
+        f"Training MaskablePPO on {config.env_id} (masks from {source}) for {config.n_timesteps:,} steps: "
+        f"{config.n_envs} envs ({rollouts}), seed {config.seed}, device {config.device}."
+    )
+    try:
+        result = training.train(config)
+    except training.TrainingInterrupted as stop:
+        print(f"torchrl-mask: {stop}", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(stop.__cause__, _Terminated) else EXIT_INTERRUPTED
+    report(config, result)
+    return 0
+
+
+def _train_game(config: TrainConfig) -> int:
+    from torchrl_mask.app import selfplay_training  # the heavy imports, only now that there is something to train
+
+    selfplay_training.check_game(config.env_id)
+    opponents = "pure self-play" if config.pool_size == 0 else f"against a pool of {config.pool_size} past snapshots"
+    print(
+        f"Training MaskablePPO on {config.env_id} by self-play ({opponents}) for {config.n_timesteps:,} moves: "
+        f"{config.n_envs} games side by side, seed {config.seed}, device {config.device}."
+    )
+    result = selfplay_training.train(config)
+    print(f"\nEvaluation on {config.env_id}, {config.eval_episodes} games per opponent (win / draw / loss):")
+    for opponent in ("random", "heuristic"):
+        rates = result.evaluation[f"vs_{opponent}"]
+        print(f"  vs {opponent:<12}{rates['win']:.3f} / {rates['draw']:.3f} / {rates['loss']:.3f}")
+    print(f"  illegal moves: {result.evaluation['illegal_moves']}")
+    print(f"\nSaved to {result.out}/: " + ", ".join(result.files))
+    return 0
