@@ -23,6 +23,7 @@ from sb3_contrib.common.envs import InvalidActionEnvDiscrete
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from sb3_contrib.common.recurrent.buffers import RecurrentRolloutBuffer
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.policies import BasePolicy
 from torch import nn
 from torch.optim import optimizer as optimizer_module
 from torchrl.collectors import Collector, MultiSyncCollector
@@ -74,6 +75,10 @@ ENTRIES: list[tuple[str, str, Callable[[], Any], tuple[str, ...], str]] = [
         ("_update_info_buffer", "_setup_model", "_excluded_save_params"),
         "algorithms/ppo.py, recurrent_ppo.py, vecenv_source.py, collector_source.py",
     ),
+    (
+        "stable-baselines3", "BasePolicy", lambda: BasePolicy, ("_get_constructor_parameters",),
+        "algorithms/selfplay.py (a snapshot of the policy)",
+    ),
     # sb3-contrib: the masked policy's distribution hook, the recurrent buffer's sample builder.
     (
         "sb3-contrib", "MaskableActorCriticPolicy", lambda: MaskableActorCriticPolicy,
@@ -110,6 +115,19 @@ def test_collectors_expose_their_local_worker_processes_as_the_watcher_reads_the
     finally:
         collector.shutdown()
     assert "self.jobs" in _source(DistributedCollector), "DistributedCollector keeps its local jobs elsewhere"
+
+
+def test_the_collector_state_learn_reads_is_where_it_looks() -> None:
+    # algorithms/collector_source.py tells a shut-down collector by `closed` (Collector and the multi-process
+    # ones, an attribute) or DistributedCollector's `_shutdown`, and RayCollector's on-policy mode by `_sync`.
+    from torchrl.collectors.distributed import RayCollector
+
+    collector = Collector(taxi_env, None, frames_per_batch=8, total_frames=-1)
+    collector.shutdown()
+    assert collector.closed is True
+    assert "self._shutdown = True" in _source(DistributedCollector)
+    assert "self._sync = sync" in _source(RayCollector)
+    assert "self.num_collectors =" in _source(RayCollector) and "remote_collectors" in dir(RayCollector)
 
 
 def test_a_spawned_worker_is_told_apart_while_it_unpickles_its_job() -> None:
