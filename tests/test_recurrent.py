@@ -14,8 +14,6 @@ from sb3_contrib import RecurrentPPO
 from sb3_contrib.common.envs import InvalidActionEnvDiscrete, InvalidActionEnvMultiDiscrete
 from sb3_contrib.common.maskable.distributions import make_masked_proba_distribution
 from sb3_contrib.common.maskable.evaluation import evaluate_policy
-from sb3_contrib.common.recurrent.buffers import RecurrentDictRolloutBuffer, RecurrentRolloutBuffer
-from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.env_util import make_vec_env
 
 from torchrl_mask import MaskablePPO, MaskableRecurrentPPO
@@ -107,63 +105,6 @@ def assert_same(ref: Any, ours: Any, name: str) -> None:
             assert_same(ref_item, our_item, f"{name}[{index}]")
     else:
         assert ours.dtype == ref.dtype and torch.equal(ours, ref), name
-
-
-def fill(buffers: list[Any], seed: int) -> np.ndarray:
-    """The same random rollout (episode starts, LSTM states, masks) into each buffer; returns its masks."""
-    rng = np.random.default_rng(seed)
-    size, n_envs, obs_space = buffers[0].buffer_size, buffers[0].n_envs, buffers[0].observation_space
-    masks = rng.random((size, n_envs, 5)) < 0.6
-    for step in range(size):
-        obs = (
-            {key: rng.normal(size=(n_envs, *space.shape)) for key, space in obs_space.spaces.items()}
-            if isinstance(obs_space, spaces.Dict)
-            else rng.normal(size=(n_envs, *obs_space.shape))
-        )
-        row = (obs, rng.integers(5, size=(n_envs, 1)), rng.normal(size=n_envs), rng.random(n_envs) < 0.2)
-        tensors = [torch.as_tensor(rng.normal(size=shape), dtype=torch.float32) for shape in [(n_envs, 1), (n_envs,)]]
-        states = RNNStates(*[tuple(torch.randn(2, n_envs, 4) for _ in range(2)) for _ in range(2)])
-        for buffer in buffers:
-            kwargs = (
-                {"action_masks": masks[step]}
-                if isinstance(buffer, MaskableRecurrentRolloutBuffer | MaskableRecurrentDictRolloutBuffer)
-                else {}
-            )
-            buffer.add(*row, *tensors, lstm_states=states, **kwargs)
-    for buffer in buffers:
-        buffer.compute_returns_and_advantage(torch.zeros(n_envs, 1), np.zeros(n_envs, bool))
-    return masks
-
-
-@pytest.mark.parametrize("dict_obs", [False, True], ids=["box", "dict"])
-def test_minibatches_are_sb3_contribs_sequences_with_their_masks(dict_obs: bool) -> None:
-    box = spaces.Box(-1, 1, (3,))
-    obs_space = spaces.Dict({"a": box, "b": spaces.Box(-1, 1, (2,))}) if dict_obs else box
-    classes = (
-        (RecurrentDictRolloutBuffer, MaskableRecurrentDictRolloutBuffer)
-        if dict_obs
-        else (RecurrentRolloutBuffer, MaskableRecurrentRolloutBuffer)
-    )
-    ref, ours = (cls(10, obs_space, spaces.Discrete(5), (10, 2, 3, 4), "cpu", n_envs=3) for cls in classes)
-    masks = fill([ref, ours], seed=5)
-    flat_masks, padded = masks.swapaxes(0, 1).reshape(30, 5), 0
-    for epoch in range(3):
-        np.random.seed(epoch)
-        ref_batches = list(ref.get(7))
-        np.random.seed(epoch)
-        for ref_batch, our_batch in zip(ref_batches, ours.get(7), strict=True):
-            for name, value in ref_batch._asdict().items():
-                assert_same(value, getattr(our_batch, name), name)
-            # Each real step carries its own mask (found by its observation, unique here); padding is all ones.
-            valid = our_batch.mask > 0.5
-            assert torch.all(our_batch.action_masks[~valid] == 1)
-            padded += int((~valid).sum())
-            observations = our_batch.observations["a"] if dict_obs else our_batch.observations
-            stored = ours.observations["a"] if dict_obs else ours.observations
-            for row in torch.nonzero(valid).flatten().tolist():
-                (step,) = np.nonzero((stored == observations[row].numpy()).all(axis=1))[0]
-                assert torch.equal(our_batch.action_masks[row], torch.as_tensor(flat_masks[step], dtype=torch.float32))
-    assert padded > 0 and np.array_equal(ours.action_masks, flat_masks.astype(np.float32))
 
 
 def legal(actions: np.ndarray, masks: np.ndarray, action_space: spaces.Space) -> np.ndarray:
