@@ -302,3 +302,17 @@ def test_a_saved_model_loads_and_predicts_the_same_masked_actions(tmp_path: Any)
         model.predict(obs, deterministic=True, action_masks=masks)[0],
         loaded.predict(obs, deterministic=True, action_masks=masks)[0],
     )
+
+
+def test_learning_from_a_torchrl_collector_is_refused_naming_the_vecenv_path() -> None:
+    from torchrl.collectors import Collector
+    from torchrl.envs import GymWrapper
+
+    model = make(MaskableRecurrentPPO, invalid_discrete)
+    collector = Collector(lambda: GymWrapper(gym.make("CartPole-v1")), None, frames_per_batch=8, total_frames=8)
+    try:
+        with pytest.raises(TypeError, match="learns from VecEnvs only for now"):
+            model.learn(N_STEPS * N_ENVS, collector=collector)
+    finally:
+        collector.shutdown()
+    assert model.num_timesteps == 0

@@ -37,6 +37,7 @@ from sb3_contrib.common.recurrent.policies import (
 )
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
 from torchrl_mask.distributions import MaskedCategoricals
@@ -131,6 +132,18 @@ class MaskableRecurrentActorCriticPolicy(RecurrentActorCriticPolicy):
         self.masked_action_dist = MaskedDistribution(self.action_space) if maskable else None  # type: ignore[arg-type]
         self._mask_source: Callable[[], MaybeMasks] | None = None
         self._action_masks: MaybeMasks = None
+
+    def make_features_extractor(self) -> BaseFeaturesExtractor:
+        """SB3's features extractor, its ``features_dim`` a Python int.
+
+        Overridden because SB3 gives a NumPy integer for a MultiDiscrete observation space, which the ``nn.LSTM``
+        sb3-contrib builds on it refuses (sb3-contrib's own ``RecurrentPPO`` fails there).
+
+        :return: the extractor.
+        """
+        extractor = super().make_features_extractor()
+        extractor._features_dim = int(extractor.features_dim)
+        return extractor
 
     @contextmanager
     def masks_from(self, source: Callable[[], MaybeMasks]) -> Iterator[None]:

@@ -32,7 +32,7 @@ from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_suppo
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import MaybeCallback
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
 from torchrl.collectors import BaseCollector
 
@@ -44,6 +44,7 @@ from torchrl_mask.algorithms.recurrent_policies import (
 )
 from torchrl_mask.rollout.masks import mask_spec
 from torchrl_mask.rollout.recurrent_buffers import MaskableRecurrentDictRolloutBuffer, MaskableRecurrentRolloutBuffer
+from torchrl_mask.torchrl.nested import flatten_nested_env
 
 SelfMaskableRecurrentPPO = TypeVar("SelfMaskableRecurrentPPO", bound="MaskableRecurrentPPO")
 
@@ -67,6 +68,11 @@ class MaskableRecurrentPPO(RecurrentPPO):
     rollout_buffer: MaskableRecurrentRolloutBuffer | MaskableRecurrentDictRolloutBuffer
     #: Whether the last ``learn`` call masks (read by ``collect_rollouts`` and ``train``).
     use_masking: bool = True
+
+    @staticmethod
+    def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
+        # SB3's hook for every env the model gets, as MaskablePPO uses it: a nested Dict flattened one level first.
+        return RecurrentPPO._wrap_env(flatten_nested_env(env), verbose, monitor_wrapper)
 
     def _setup_model(self) -> None:
         # RecurrentPPO picks its buffer class inside _setup_model (it has no rollout_buffer_class): the same buffer

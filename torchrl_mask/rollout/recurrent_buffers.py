@@ -234,7 +234,7 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
         BaseBuffer.reset(self)
         self.pending_masks = None
 
-    def add(self, *args: Any, lstm_states: RNNStates, action_masks: Any = None, **kwargs: Any) -> None:
+    def add(self, *args: Any, lstm_states: RNNStates, action_masks: Any = None, **kwargs: Any) -> None:  # type: ignore[override]
         """Add one step of all envs, with the LSTM states it started from and its masks.
 
         Everything is checked before anything is written (as :meth:`torchrl_mask.MaskableRolloutBuffer.add`).
@@ -258,7 +258,7 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
         masks = self.pending_masks if action_masks is None else action_masks
         obs_items = self._rollout.layout.split(step["obs"])
         fields = tuple(step[name] for name in names[1:])
-        self._rollout.write_step(self.pos, obs_items, fields, masks, check_masks=True, check_values=True)  # type: ignore[arg-type]
+        self._rollout.write_step(self.pos, obs_items, fields, masks, check_masks=True, check_values=True)
         for key, rows in zip(STATE_KEYS, states, strict=True):
             self.tensordict.get(key)[:, self.pos] = rows
         self.pending_masks = None
@@ -308,7 +308,7 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
         for batch_inds in minibatch_orders(split_order(total), total if batch_size is None else batch_size):
             yield self._get_samples(batch_inds, self._env_change)
 
-    def _get_samples(self, batch_inds: np.ndarray, env_change: np.ndarray, env: Any = None) -> Any:
+    def _get_samples(self, batch_inds: np.ndarray, env_change: np.ndarray, env: Any = None) -> Any:  # type: ignore[override]
         """The minibatch of the given env-major flat rows, cut into padded sequences (sb3-contrib's hook).
 
         :param batch_inds: rows of the flat rollout, in order.
