@@ -1,6 +1,7 @@
 """``torchrl-mask``: train MaskablePPO on a masked env, or benchmark it against sb3-contrib.
 
-``torchrl-mask train`` trains :class:`~torchrl_mask.MaskablePPO` on a gymnasium env that reports action masks
+``torchrl-mask train`` trains :class:`~torchrl_mask.MaskablePPO` (``--algo ppo_lstm_mask``:
+:class:`~torchrl_mask.MaskableRecurrentPPO`, LSTM policies) on a gymnasium env that reports action masks
 (by default ``Taxi-v4``, which ships with gymnasium and puts its mask in ``info["action_mask"]``) with
 rl-zoo3's habits: hyperparameters from an rl-zoo3 YAML file (``--conf-file``) and ``--hyperparams
 name=value`` overrides, periodic evaluation with the best model saved (``--eval-freq``), checkpoints
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchrl_mask.app.config import (
+    ALGOS,
     DEFAULT_HYPERPARAMS,
     TrainConfig,
     UsageError,
@@ -122,6 +124,13 @@ def _add_what_to_train(train: argparse.ArgumentParser) -> None:
         default=defaults.env_id,
         help="gymnasium id of an env with masks (action_masks(), info['action_mask'] or a Dict observation "
         "with 'action_mask'); module:Id imports module first",
+    )
+    train.add_argument(
+        "--algo",
+        choices=sorted(ALGOS),
+        default=defaults.algo,
+        help="ppo_mask: MaskablePPO; ppo_lstm_mask: MaskableRecurrentPPO (LSTM policies, for tasks that need "
+        "memory; VecEnv only, no --collector or --eval-freq)",
     )
     train.add_argument(
         "-conf",
@@ -288,6 +297,7 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         collector=args.collector,
         conf_file=args.conf_file,
         overwrite=args.overwrite,
+        algo=args.algo,
     )
 
 
@@ -328,12 +338,12 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _train(config: TrainConfig) -> int:
-    from torchrl_mask import training  # the heavy imports, only now that there is something to train
+    from torchrl_mask.app import training  # the heavy imports, only now that there is something to train
 
     source = training.describe_masks(config)
     rollouts = "SB3's DummyVecEnv" if config.collector is None else COLLECTOR_TEXT[config.collector]
     print(
-        f"Training MaskablePPO on {config.env_id} (masks from {source}) for {config.n_timesteps:,} steps: "
+        f"Training {ALGOS[config.algo]} on {config.env_id} (masks from {source}) for {config.n_timesteps:,} steps: "
         f"{config.n_envs} envs ({rollouts}), seed {config.seed}, device {config.device}."
     )
     try:
