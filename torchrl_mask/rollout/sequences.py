@@ -34,14 +34,11 @@ __all__ = ["PaddedRows", "env_changes", "gather_padded", "padded_rows", "split_o
 
 
 class PaddedRows(NamedTuple):
-    """One minibatch's sequences as rows of the flat rollout.
-
-    :param rows: the flat-rollout row of each padded position, ``(n_seq * max_length,)`` int64 (a padded position
-        points at its sequence's first row, whose value :func:`gather_padded` overwrites).
-    :param valid: whether each padded position holds a real step, ``(n_seq * max_length,)`` bool.
-    :param starts: the flat-rollout row where each sequence starts, ``(n_seq,)`` int64 (its LSTM state's row).
-    :param n_seq: number of sequences.
-    :param max_length: length of the longest sequence.
+    """One minibatch's sequences as rows of the flat rollout: ``rows``, the flat-rollout row of each padded
+    position (``(n_seq * max_length,)`` int64; a padded position points at its sequence's first row, whose value
+    :func:`gather_padded` overwrites); ``valid``, whether each padded position holds a real step
+    (``(n_seq * max_length,)`` bool); ``starts``, the row where each sequence starts (``(n_seq,)`` int64, its LSTM
+    state's row); ``n_seq`` sequences, the longest ``max_length`` steps.
     """
 
     rows: torch.Tensor
