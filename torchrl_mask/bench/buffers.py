@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["learn"]:
-        from torchrl_mask import benchmark_learn  # sb3-contrib's test envs and the whole PPO stack
+        from torchrl_mask.bench import learn as benchmark_learn  # sb3-contrib's test envs and the whole PPO stack
 
         return benchmark_learn.main(argv[1:])
     parser = _parser()
