@@ -3,16 +3,21 @@ rollout held in the TensorDict storage, with each step's mask."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
+from helpers import random_step
 from sb3_contrib.common.recurrent.buffers import RecurrentDictRolloutBuffer, RecurrentRolloutBuffer
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
+from torchrl.modules import LSTMModule
 
-from tests.helpers import random_step
+from torchrl_mask import MaskableRecurrentPPO
 from torchrl_mask.rollout.recurrent_buffers import (
     STATE_KEYS,
     MaskableRecurrentDictRolloutBuffer,
@@ -145,3 +150,33 @@ def test_a_mask_row_that_allows_nothing_is_refused_before_anything_is_written() 
     with pytest.raises(ValueError, match="no action"):
         ours.add(*step.values(), lstm_states=states, action_masks=masks)
     assert ours.pos == 0 and not ours.tensordict.get(STATE_KEYS[0]).any()
+
+
+def test_torchrls_lstm_module_reads_the_stored_states_and_is_init_as_they_are() -> None:
+    """TorchRL's ``LSTMModule`` with the actor LSTM's weights, fed one stored step (its observation, the state the
+    step started from and ``is_init``), gives the state the next stored step started from."""
+
+    class LstmWeights(BaseCallback):
+        """The actor LSTM's weights the last rollout was collected with (train changes them after)."""
+
+        def _on_rollout_end(self) -> None:
+            self.weights = copy.deepcopy(self.model.policy.lstm_actor.state_dict())
+
+        def _on_step(self) -> bool:
+            return True
+
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    model = MaskableRecurrentPPO("MlpLstmPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0,
+                                 policy_kwargs={"lstm_hidden_size": 8, "n_lstm_layers": 2})  # fmt: skip
+    weights = LstmWeights()
+    model.learn(64, callback=weights, use_masking=False)
+    rollout = model.rollout_buffer.tensordict
+    assert rollout.get("is_init")[:, 1:].any()  # episodes of CartPole end within the rollout
+    hidden, cell = ("recurrent_state", "actor", "hidden"), ("recurrent_state", "actor", "cell")
+    module = LSTMModule(input_size=4, hidden_size=8, num_layers=2, in_keys=["observation", hidden, cell],
+                        out_keys=["features", ("next", *hidden), ("next", *cell)])  # fmt: skip
+    module.lstm.load_state_dict(weights.weights)
+    for t in range(rollout.batch_size[1] - 1):
+        step = module(rollout[:, t].clone())
+        for key in (hidden, cell):
+            torch.testing.assert_close(step.get(("next", *key)), rollout[:, t + 1].get(key), rtol=0, atol=1e-6)
