@@ -61,7 +61,7 @@ from tensordict.utils import NestedKey
 
 from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.masks import mask_spec
-from torchrl_mask.rollout.sb3_arrays import SB3Array, to_numpy
+from torchrl_mask.rollout.sb3_arrays import FlatArray, SB3Array, to_numpy
 from torchrl_mask.rollout.sequences import (
     PaddedRows,
     env_changes,
@@ -123,26 +123,6 @@ class MaskableRecurrentDictRolloutBufferSamples(NamedTuple):
     action_masks: torch.Tensor
 
 
-class _FlatArray:
-    """A buffer attribute as sb3-contrib's flattened array: the leaf ``(n_envs, T, ...)`` as ``(n_envs * T, ...)``
-    (a trailing 1 for scalars, as ``swap_and_flatten`` gives), a numpy view on the host (a float32 copy of a bool
-    leaf).
-
-    :param key: the storage leaf.
-    :param as_float: read a bool leaf as sb3-contrib's float32.
-    """
-
-    def __init__(self, key: NestedKey, as_float: bool = False) -> None:
-        self.key, self.as_float = key, as_float
-
-    def __get__(self, buf: Any, owner: type) -> Any:
-        if buf is None:
-            return self
-        leaf = buf.tensordict.get(self.key)
-        flat = to_numpy(leaf.reshape(leaf.shape[0] * leaf.shape[1], *(leaf.shape[2:] or (1,))))
-        return flat.astype(np.float32) if self.as_float else flat
-
-
 class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
     """sb3-contrib's ``RecurrentRolloutBuffer`` with the action mask of every step, stored in a TensorDict.
 
@@ -165,16 +145,16 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
     #: The masks of the minibatch ``get`` yielded last, ``(n_seq * max_length, mask_dims)`` float32.
     last_action_masks: torch.Tensor | None = None
 
-    observations = _FlatArray(st.OBSERVATION)
-    actions = _FlatArray(st.ACTION)
+    observations = FlatArray(st.OBSERVATION)
+    actions = FlatArray(st.ACTION)
     rewards = SB3Array(st.NEXT_REWARD, layout="squeeze")
-    episode_starts = _FlatArray(st.IS_INIT, as_float=True)
-    values = _FlatArray(st.VALUE)
-    log_probs = _FlatArray(st.LOG_PROB)
-    advantages = _FlatArray(st.ADVANTAGE)
-    returns = _FlatArray(st.VALUE_TARGET)
-    action_masks = _FlatArray(st.ACTION_MASK, as_float=True)
-    hidden_states_pi, cell_states_pi, hidden_states_vf, cell_states_vf = (_FlatArray(key) for key in STATE_KEYS)
+    episode_starts = FlatArray(st.IS_INIT, as_float=True)
+    values = FlatArray(st.VALUE)
+    log_probs = FlatArray(st.LOG_PROB)
+    advantages = FlatArray(st.ADVANTAGE)
+    returns = FlatArray(st.VALUE_TARGET)
+    action_masks = FlatArray(st.ACTION_MASK, as_float=True)
+    hidden_states_pi, cell_states_pi, hidden_states_vf, cell_states_vf = (FlatArray(key) for key in STATE_KEYS)
 
     def __init__(
         self,
@@ -202,6 +182,8 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
         self.hidden_state_shape = hidden_state_shape
         self.gae_lambda, self.gamma = gae_lambda, gamma
         self._rollout = TensorDictRollout(self._allocate(), observation_space, action_space)
+        # The state leaves viewed time-major, (T, n_envs, n_lstm_layers, hidden): step t's slot of each is [t].
+        self._state_slots = [self.tensordict.get(key).transpose(0, 1) for key in STATE_KEYS]
         self._env_change = env_changes(n_envs, buffer_size)
         self.reset()
 
@@ -234,16 +216,31 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
         BaseBuffer.reset(self)
         self.pending_masks = None
 
-    def add(self, *args: Any, lstm_states: RNNStates, action_masks: Any = None, **kwargs: Any) -> None:  # type: ignore[override]
-        """Add one step of all envs, with the LSTM states it started from and its masks.
+    def add(  # type: ignore[override]
+        self,
+        obs: Any,
+        action: Any,
+        reward: Any,
+        episode_start: Any,
+        value: torch.Tensor,
+        log_prob: torch.Tensor,
+        *,
+        lstm_states: RNNStates,
+        action_masks: Any = None,
+    ) -> None:
+        """Add one step of all envs, with the LSTM states it started from and its masks, in SB3's order.
 
         Everything is checked before anything is written (as :meth:`torchrl_mask.MaskableRolloutBuffer.add`).
 
-        :param args: SB3's ``obs, action, reward, episode_start, value, log_prob`` (keywords too).
+        :param obs: observation, ``(n_envs, *obs_shape)`` (a dict of them for Dict spaces).
+        :param action: action, ``(n_envs, action_dim)`` or ``(n_envs,)``.
+        :param reward: reward, ``(n_envs,)``.
+        :param episode_start: whether ``obs`` begins an episode, ``(n_envs,)``.
+        :param value: ``V(obs)``, ``(n_envs, 1)``.
+        :param log_prob: log-probability of ``action``, ``(n_envs,)``.
         :param lstm_states: the states before the step, each ``(n_lstm_layers, n_envs, lstm_hidden_size)``.
         :param action_masks: the masks the action was drawn under, ``(n_envs, mask_dims)``; None:
             :attr:`pending_masks`, else every action allowed.
-        :param kwargs: the rest of SB3's fields by name.
         :raises RuntimeError: the buffer already holds ``buffer_size`` steps.
         :raises ValueError: a field of the wrong shape or value (named), as the other buffers raise.
         """
@@ -252,30 +249,28 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
                 f"add() past capacity: the buffer holds buffer_size={self.buffer_size} steps per env and all "
                 "are filled. Call reset() to start a new rollout."
             )
-        names = ("obs", "action", "reward", "episode_start", "value", "log_prob")
-        step = dict(zip(names, args, strict=False)) | kwargs
-        states = self._state_rows(lstm_states)
+        states = self._checked_states(lstm_states)
         masks = self.pending_masks if action_masks is None else action_masks
-        obs_items = self._rollout.layout.split(step["obs"])
-        fields = tuple(step[name] for name in names[1:])
+        fields = (action, reward, episode_start, value, log_prob)
+        obs_items = self._rollout.layout.split(obs)
         self._rollout.write_step(self.pos, obs_items, fields, masks, check_masks=True, check_values=True)
-        for key, rows in zip(STATE_KEYS, states, strict=True):
-            self.tensordict.get(key)[:, self.pos] = rows
+        for slots, state in zip(self._state_slots, states, strict=True):
+            slots[self.pos].copy_(state.detach().transpose(0, 1))
         self.pending_masks = None
         self.pos += 1
         self.full = self.pos == self.buffer_size
 
-    def _state_rows(self, lstm_states: RNNStates) -> list[torch.Tensor]:
-        """The four states as ``(n_envs, n_lstm_layers, hidden)`` rows, or a ValueError naming a wrong shape."""
+    def _checked_states(self, lstm_states: RNNStates) -> tuple[torch.Tensor, ...]:
+        """The four states in :data:`STATE_KEYS` order, or a ValueError naming one of the wrong shape."""
         _, layers, n_envs, hidden = self.hidden_state_shape
         tensors = (*lstm_states.pi, *lstm_states.vf)
         for name, tensor in zip(("pi[0]", "pi[1]", "vf[0]", "vf[1]"), tensors, strict=True):
-            if tuple(tensor.shape) != (layers, n_envs, hidden):
+            if tensor.shape != (layers, n_envs, hidden):
                 raise ValueError(
                     f"lstm_states.{name} has shape {tuple(tensor.shape)}, expected (n_lstm_layers={layers}, "
                     f"n_envs={n_envs}, lstm_hidden_size={hidden}) as hidden_state_shape says."
                 )
-        return [tensor.detach().transpose(0, 1).to(self.device, torch.float32) for tensor in tensors]
+        return tensors
 
     def compute_returns_and_advantage(self, last_values: torch.Tensor, dones: np.ndarray) -> None:
         """GAE(lambda) advantages and TD(lambda) returns by TorchRL's function, as the other buffers compute them.
