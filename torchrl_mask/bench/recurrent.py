@@ -74,13 +74,14 @@ def make_vec_env(workload: str, n_envs: int) -> DummyVecEnv:
     return DummyVecEnv([make] * n_envs)
 
 
-def time_learn(run: str, workload: str, args: argparse.Namespace) -> tuple[float, dict[str, torch.Tensor]]:
+def time_learn(run: str, workload: str, args: argparse.Namespace) -> tuple[float, float, dict[str, torch.Tensor]]:
     """Build one model on a fresh VecEnv and time one ``learn`` call.
 
     :param run: one of :data:`RUNS`.
     :param workload: a key of :data:`WORKLOADS`.
     :param args: the parsed command line.
-    :return: wall seconds in ``learn``, and the learned parameters.
+    :return: wall seconds in ``learn``, CPU seconds of this process in it (less sensitive than wall time to other
+        load on a shared machine), and the learned parameters.
     """
     env = make_vec_env(workload, args.n_envs)
     algorithm: Any = RecurrentPPO if run == "sb3-contrib" else MaskableRecurrentPPO
@@ -96,11 +97,11 @@ def time_learn(run: str, workload: str, args: argparse.Namespace) -> tuple[float
     )
     model.set_logger(Logger(None, []))
     kwargs = {} if run == "sb3-contrib" else {"use_masking": run == "ours, masked"}
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     model.learn(args.timesteps, **kwargs)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     env.close()
-    return seconds, {key: value.detach().clone() for key, value in model.policy.state_dict().items()}
+    return seconds, cpu, {key: value.detach().clone() for key, value in model.policy.state_dict().items()}
 
 
 def run_workload(workload: str, args: argparse.Namespace) -> bool:
@@ -113,11 +114,13 @@ def run_workload(workload: str, args: argparse.Namespace) -> bool:
     for run in RUNS:  # warm-up: imports, allocator, first-call overheads
         time_learn(run, workload, args)
     seconds: dict[str, list[float]] = {run: [] for run in RUNS}
+    cpus: dict[str, list[float]] = {run: [] for run in RUNS}
     for round_ in range(args.rounds):
         params = {}
         for run in RUNS if round_ % 2 == 0 else RUNS[::-1]:
-            elapsed, params[run] = time_learn(run, workload, args)
+            elapsed, cpu, params[run] = time_learn(run, workload, args)
             seconds[run].append(elapsed)
+            cpus[run].append(cpu)
         for key, value in params["sb3-contrib"].items():
             if not torch.equal(params["ours, unmasked"][key], value):
                 print(f"FAIL {workload}: use_masking=False learned another {key!r} than RecurrentPPO.")
@@ -125,9 +128,11 @@ def run_workload(workload: str, args: argparse.Namespace) -> bool:
     ref, unmasked, masked = (seconds[run] for run in RUNS)
     ratios = [o / r for o, r in zip(unmasked, ref, strict=True)]
     masked_ratios = [o / r for o, r in zip(masked, ref, strict=True)]
+    cpu_ratios = [o / r for o, r in zip(cpus["ours, unmasked"], cpus["sb3-contrib"], strict=True)]
     print(
         f"{workload:10s} {statistics.median(ref):8.3f} {statistics.median(unmasked):8.3f} "
         f"{statistics.median(ratios):6.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) "
+        f"{statistics.median(cpu_ratios):6.2f}x "
         f"{statistics.median(masked):8.3f} {statistics.median(masked_ratios):6.2f}x"
     )
     return True
@@ -163,11 +168,14 @@ def main(argv: list[str] | None = None) -> int:
         f"batch_size={args.batch_size}, n_epochs={args.n_epochs}, lstm_hidden_size={args.lstm_hidden_size}, "
         f"torch threads={args.threads}, rounds={args.rounds} (+1 warm-up)"
     )
-    print(f"{'workload':10s} {'sb3c s':>8s} {'ours s':>8s} {'ours/sb3c (min-max)':>21s} {'masked s':>8s} {'/sb3c':>7s}")
+    print(
+        f"{'workload':10s} {'sb3c s':>8s} {'ours s':>8s} {'ours/sb3c (min-max)':>21s} {'cpu':>7s} {'masked s':>8s} "
+        f"{'/sb3c':>7s}"
+    )
     ok = all([run_workload(workload, args) for workload in args.workloads])
     print(
         "ours s: MaskableRecurrentPPO with use_masking=False, parameters checked equal to sb3-contrib's; ratios: "
-        "medians of per-round ours / sb3-contrib time (at most 1: no more costly); masked s: use_masking=True, "
-        "every action allowed"
+        "medians of per-round ours / sb3-contrib time (at most 1: no more costly), of wall time and of this "
+        "process's CPU time in learn (cpu); masked s: use_masking=True, every action allowed"
     )
     return 0 if ok else 1
