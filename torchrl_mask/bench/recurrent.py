@@ -30,11 +30,14 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from sb3_contrib import RecurrentPPO
+from sb3_contrib.common.recurrent.buffers import RecurrentRolloutBuffer
+from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from sb3_contrib.common.wrappers import ActionMasker
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from torchrl_mask import MaskableRecurrentPPO
+from torchrl_mask.rollout.recurrent_buffers import MaskableRecurrentRolloutBuffer
 
 # name: (Dict observations)
 WORKLOADS = {"cartpole": False, "dict": True}
@@ -102,6 +105,64 @@ def time_learn(run: str, workload: str, args: argparse.Namespace) -> tuple[float
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     env.close()
     return seconds, cpu, {key: value.detach().clone() for key, value in model.policy.state_dict().items()}
+
+
+def _buffer_inputs(args: argparse.Namespace) -> list[tuple[Any, ...]]:
+    """One rollout's ``add`` arguments as ``RecurrentPPO`` passes them (CartPole's shapes), episodes of ~20 steps."""
+    rng = np.random.default_rng(args.seed)
+    n, hidden = args.n_envs, args.lstm_hidden_size
+    steps = []
+    for _ in range(args.n_steps):
+        states = RNNStates(*[tuple(torch.randn(1, n, hidden) for _ in range(2)) for _ in range(2)])
+        obs = rng.normal(size=(n, 4)).astype(np.float32)
+        values, log_probs = torch.randn(n, 1), torch.randn(n)
+        steps.append((obs, rng.integers(2, size=(n, 1)), rng.normal(size=n).astype(np.float32),
+                      rng.random(n) < 0.05, values, log_probs, states))  # fmt: skip
+    return steps
+
+
+def time_buffer(run: str, inputs: list[tuple[Any, ...]], args: argparse.Namespace) -> float:
+    """Wall seconds of one rollout's buffer work as ``RecurrentPPO`` does it: ``reset``, ``add`` per step, GAE,
+    ``n_epochs`` of ``get(batch_size)`` (sb3-contrib's buffer, or ours).
+
+    :param run: ``"sb3-contrib"`` or one of ours.
+    :param inputs: from :func:`_buffer_inputs`.
+    :param args: the parsed command line.
+    :return: the seconds.
+    """
+    cls: Any = RecurrentRolloutBuffer if run == "sb3-contrib" else MaskableRecurrentRolloutBuffer
+    shape = (args.n_steps, 1, args.n_envs, args.lstm_hidden_size)
+    buffer = cls(args.n_steps, spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2), shape, "cpu",
+                 gae_lambda=0.95, gamma=0.99, n_envs=args.n_envs)  # fmt: skip
+    np.random.seed(args.seed)
+    start = time.perf_counter()
+    buffer.reset()
+    for *fields, states in inputs:
+        buffer.add(*fields, lstm_states=states)
+    buffer.compute_returns_and_advantage(torch.zeros(args.n_envs, 1), np.zeros(args.n_envs, bool))
+    for _ in range(args.n_epochs):
+        for _batch in buffer.get(args.batch_size):
+            pass
+    return time.perf_counter() - start
+
+
+def buffer_ratio(args: argparse.Namespace, rounds: int = 21) -> tuple[float, float, float]:
+    """The buffer work alone in paired rounds (ABBA): medians of sb3-contrib's and our seconds, and of the ratios.
+
+    :param args: the parsed command line.
+    :param rounds: paired rounds (short: many of them).
+    :return: sb3-contrib's seconds, ours, the median of ours / sb3-contrib.
+    """
+    inputs = _buffer_inputs(args)
+    runs = ("sb3-contrib", "ours, unmasked")
+    seconds: dict[str, list[float]] = {run: [] for run in runs}
+    for round_ in range(rounds + 1):  # the first: warm-up
+        for run in runs if round_ % 2 == 0 else runs[::-1]:
+            elapsed = time_buffer(run, inputs, args)
+            if round_:
+                seconds[run].append(elapsed)
+    ratios = [o / r for o, r in zip(seconds[runs[1]], seconds[runs[0]], strict=True)]
+    return statistics.median(seconds[runs[0]]), statistics.median(seconds[runs[1]]), statistics.median(ratios)
 
 
 def run_workload(workload: str, args: argparse.Namespace) -> bool:
@@ -173,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{'/sb3c':>7s}"
     )
     ok = all([run_workload(workload, args) for workload in args.workloads])
+    ref, ours, ratio = buffer_ratio(args)
+    print(
+        f"buffer work alone (reset, {args.n_steps} adds, GAE, {args.n_epochs} epochs of get({args.batch_size})): "
+        f"sb3-contrib {ref * 1e3:.1f} ms, ours {ours * 1e3:.1f} ms, ours/sb3c {ratio:.2f}x (median of 21 paired rounds)"
+    )
     print(
         "ours s: MaskableRecurrentPPO with use_masking=False, parameters checked equal to sb3-contrib's; ratios: "
         "medians of per-round ours / sb3-contrib time (at most 1: no more costly), of wall time and of this "
