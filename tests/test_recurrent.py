@@ -316,3 +316,11 @@ def test_learning_from_a_torchrl_collector_is_refused_naming_the_vecenv_path() -
     finally:
         collector.shutdown()
     assert model.num_timesteps == 0
+
+
+def test_the_command_lines_evaluation_of_a_recurrent_model_takes_only_legal_actions() -> None:
+    from torchrl_mask.app import results
+
+    model = make(MaskableRecurrentPPO, invalid_discrete).learn(N_STEPS * N_ENVS)
+    evaluation = results.evaluate(model, lambda: Strict(invalid_discrete()), episodes=4, seed=0)
+    assert "mean" in evaluation["masked"] and "mean" in evaluation["random"], evaluation  # Strict raises otherwise
