@@ -110,6 +110,10 @@ BAD_INPUT |= {
         ["train", "--algo", "ppo_lstm_mask", "--eval-freq", "1000"],
         "MaskableEvalCallback drops the LSTM state",
     ),
+    "recurrent_self_play": (
+        ["train", "--algo", "ppo_lstm_mask", "--env", "pettingzoo:tictactoe_v3"],
+        "self-play trains MaskablePPO only for now",
+    ),
     "recurrent_with_a_feedforward_policy": (
         ["train", "--algo", "ppo_lstm_mask", "--hyperparams", "policy=MlpPolicy"],
         "use policy=MlpLstmPolicy",

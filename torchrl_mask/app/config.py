@@ -272,10 +272,15 @@ def check_algo(config: TrainConfig) -> None:
     """Refuse the options ``--algo ppo_lstm_mask`` does not have yet, naming what to do instead.
 
     :param config: the run's configuration.
-    :raises UsageError: ``--collector`` or ``--eval-freq`` with the recurrent model.
+    :raises UsageError: a ``pettingzoo:`` game, ``--collector`` or ``--eval-freq`` with the recurrent model.
     """
     if config.algo != "ppo_lstm_mask":
         return
+    if config.env_id.startswith("pettingzoo:"):
+        raise UsageError(
+            f"--algo ppo_lstm_mask with --env {config.env_id}: self-play trains MaskablePPO only for now; drop --algo "
+            "(or pick a gymnasium env for the recurrent model)."
+        )
     if config.collector is not None:
         raise UsageError(
             f"--collector {config.collector} with --algo ppo_lstm_mask: the recurrent model learns from SB3's VecEnv "
