@@ -189,3 +189,15 @@ def test_bench_learn_action_spaces_times_three_algorithms_and_checks_parity():
         assert (float(ours) - 5e-4) / (float(ppo) + 5e-4) - 5e-3 <= float(cost) <= (float(ours) + 5e-4) / (
             float(ppo) - 5e-4) + 5e-3  # fmt: skip
     assert "worst cost of masking" in done.stdout and "FAIL" not in done.stdout
+
+
+def test_bench_learn_recurrent_checks_unmasked_parity_with_recurrent_ppo_and_reports_the_ratio():
+    # `torchrl-mask bench learn --recurrent` on a tiny learn(): a row per workload, sb3-contrib's RecurrentPPO and
+    # MaskableRecurrentPPO(use_masking=False) checked to learn the same parameters (else a FAIL line and exit 1).
+    args = ["bench", "learn", "--recurrent", "--rounds", "1", "--timesteps", "64", "--n-envs", "2",
+            "--n-steps", "32", "--batch-size", "32", "--n-epochs", "1", "--lstm-hidden-size", "8"]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "torchrl_mask", *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = re.findall(r"^(cartpole|dict) +[\d.]+ +[\d.]+ +[\d.]+x \(", done.stdout, re.M)
+    assert rows == ["cartpole", "dict"], done.stdout
+    assert "FAIL" not in done.stdout

@@ -356,3 +356,39 @@ def test_the_first_example_of_the_readme_and_the_site_runs_as_written(tmp_path: 
                          cwd=tmp_path, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     assert "TensorDict(" in run.stdout and "action_mask" in run.stdout
+
+
+def _recurrent(obs_space: spaces.Space, act_space: spaces.Space, convention: str) -> None:
+    from torchrl_mask import MaskableRecurrentPPO
+
+    env = _toy(obs_space, act_space, convention)
+    policy = "MultiInputLstmPolicy" if isinstance(env.observation_space, spaces.Dict) else "MlpLstmPolicy"
+    model = MaskableRecurrentPPO(
+        policy, env, n_steps=8, batch_size=8, n_epochs=1, seed=0, policy_kwargs={"lstm_hidden_size": 8}
+    )
+    model.learn(16)
+
+
+RECURRENT_CELLS = (
+    [(f"observation {label}", OBS[label], ACT["`Discrete`"], "method") for label in OBS]
+    + [(f"action {label}", OBS["`Box`, vector"], ACT[label], "method") for label in ACT]
+    + [(f"mask {label}", OBS["`Box`, vector"], ACT["`Discrete`"], CONVENTIONS[label]) for label in CONVENTIONS]
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("label", "obs_space", "act_space", "convention"), RECURRENT_CELLS, ids=[c[0] for c in RECURRENT_CELLS]
+)
+def test_recurrent_table_says_what_running_it_gives(
+    label: str, obs_space: spaces.Space, act_space: spaces.Space, convention: str
+) -> None:
+    torch.set_num_threads(1)
+    documented = _table("MaskableRecurrentPPO")
+    assert set(documented) == {c[0] for c in RECURRENT_CELLS}, "the rows are the tables' combinations"
+    try:
+        _recurrent(obs_space, act_space, convention)
+        observed = "yes"
+    except Exception:  # whatever the library raises: the cell says "no"
+        observed = "no"
+    assert documented[label] == {"MaskableRecurrentPPO": observed}, f"{label}: running it gives {observed}"

@@ -14,8 +14,6 @@ from sb3_contrib import RecurrentPPO
 from sb3_contrib.common.envs import InvalidActionEnvDiscrete, InvalidActionEnvMultiDiscrete
 from sb3_contrib.common.maskable.distributions import make_masked_proba_distribution
 from sb3_contrib.common.maskable.evaluation import evaluate_policy
-from sb3_contrib.common.recurrent.buffers import RecurrentDictRolloutBuffer, RecurrentRolloutBuffer
-from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.env_util import make_vec_env
 
 from torchrl_mask import MaskablePPO, MaskableRecurrentPPO
@@ -107,63 +105,6 @@ def assert_same(ref: Any, ours: Any, name: str) -> None:
             assert_same(ref_item, our_item, f"{name}[{index}]")
     else:
         assert ours.dtype == ref.dtype and torch.equal(ours, ref), name
-
-
-def fill(buffers: list[Any], seed: int) -> np.ndarray:
-    """The same random rollout (episode starts, LSTM states, masks) into each buffer; returns its masks."""
-    rng = np.random.default_rng(seed)
-    size, n_envs, obs_space = buffers[0].buffer_size, buffers[0].n_envs, buffers[0].observation_space
-    masks = rng.random((size, n_envs, 5)) < 0.6
-    for step in range(size):
-        obs = (
-            {key: rng.normal(size=(n_envs, *space.shape)) for key, space in obs_space.spaces.items()}
-            if isinstance(obs_space, spaces.Dict)
-            else rng.normal(size=(n_envs, *obs_space.shape))
-        )
-        row = (obs, rng.integers(5, size=(n_envs, 1)), rng.normal(size=n_envs), rng.random(n_envs) < 0.2)
-        tensors = [torch.as_tensor(rng.normal(size=shape), dtype=torch.float32) for shape in [(n_envs, 1), (n_envs,)]]
-        states = RNNStates(*[tuple(torch.randn(2, n_envs, 4) for _ in range(2)) for _ in range(2)])
-        for buffer in buffers:
-            kwargs = (
-                {"action_masks": masks[step]}
-                if isinstance(buffer, MaskableRecurrentRolloutBuffer | MaskableRecurrentDictRolloutBuffer)
-                else {}
-            )
-            buffer.add(*row, *tensors, lstm_states=states, **kwargs)
-    for buffer in buffers:
-        buffer.compute_returns_and_advantage(torch.zeros(n_envs, 1), np.zeros(n_envs, bool))
-    return masks
-
-
-@pytest.mark.parametrize("dict_obs", [False, True], ids=["box", "dict"])
-def test_minibatches_are_sb3_contribs_sequences_with_their_masks(dict_obs: bool) -> None:
-    box = spaces.Box(-1, 1, (3,))
-    obs_space = spaces.Dict({"a": box, "b": spaces.Box(-1, 1, (2,))}) if dict_obs else box
-    classes = (
-        (RecurrentDictRolloutBuffer, MaskableRecurrentDictRolloutBuffer)
-        if dict_obs
-        else (RecurrentRolloutBuffer, MaskableRecurrentRolloutBuffer)
-    )
-    ref, ours = (cls(10, obs_space, spaces.Discrete(5), (10, 2, 3, 4), "cpu", n_envs=3) for cls in classes)
-    masks = fill([ref, ours], seed=5)
-    flat_masks, padded = masks.swapaxes(0, 1).reshape(30, 5), 0
-    for epoch in range(3):
-        np.random.seed(epoch)
-        ref_batches = list(ref.get(7))
-        np.random.seed(epoch)
-        for ref_batch, our_batch in zip(ref_batches, ours.get(7), strict=True):
-            for name, value in ref_batch._asdict().items():
-                assert_same(value, getattr(our_batch, name), name)
-            # Each real step carries its own mask (found by its observation, unique here); padding is all ones.
-            valid = our_batch.mask > 0.5
-            assert torch.all(our_batch.action_masks[~valid] == 1)
-            padded += int((~valid).sum())
-            observations = our_batch.observations["a"] if dict_obs else our_batch.observations
-            stored = ours.observations["a"] if dict_obs else ours.observations
-            for row in torch.nonzero(valid).flatten().tolist():
-                (step,) = np.nonzero((stored == observations[row].numpy()).all(axis=1))[0]
-                assert torch.equal(our_batch.action_masks[row], torch.as_tensor(flat_masks[step], dtype=torch.float32))
-    assert padded > 0 and np.array_equal(ours.action_masks, flat_masks.astype(np.float32))
 
 
 def legal(actions: np.ndarray, masks: np.ndarray, action_space: spaces.Space) -> np.ndarray:
@@ -318,7 +259,7 @@ def success_rate(model: Any, seed: int, n_envs: int = 8, rounds: int = 25) -> fl
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", range(5))
 def test_a_memory_task_gated_by_masks_is_learned_with_the_lstm_and_not_without(seed: int) -> None:
     # Measured at these settings: success 1.0 for seeds 0-19 with the LSTM, 0.45-0.52 without (lr 3e-3 and 8000
     # steps failed one seed in ten).
@@ -361,3 +302,25 @@ def test_a_saved_model_loads_and_predicts_the_same_masked_actions(tmp_path: Any)
         model.predict(obs, deterministic=True, action_masks=masks)[0],
         loaded.predict(obs, deterministic=True, action_masks=masks)[0],
     )
+
+
+def test_learning_from_a_torchrl_collector_is_refused_naming_the_vecenv_path() -> None:
+    from torchrl.collectors import Collector
+    from torchrl.envs import GymWrapper
+
+    model = make(MaskableRecurrentPPO, invalid_discrete)
+    collector = Collector(lambda: GymWrapper(gym.make("CartPole-v1")), None, frames_per_batch=8, total_frames=8)
+    try:
+        with pytest.raises(TypeError, match="learns from VecEnvs only for now"):
+            model.learn(N_STEPS * N_ENVS, collector=collector)
+    finally:
+        collector.shutdown()
+    assert model.num_timesteps == 0
+
+
+def test_the_command_lines_evaluation_of_a_recurrent_model_takes_only_legal_actions() -> None:
+    from torchrl_mask.app import results
+
+    model = make(MaskableRecurrentPPO, invalid_discrete).learn(N_STEPS * N_ENVS)
+    evaluation = results.evaluate(model, lambda: Strict(invalid_discrete()), episodes=4, seed=0)
+    assert "mean" in evaluation["masked"] and "mean" in evaluation["random"], evaluation  # Strict raises otherwise

@@ -2,11 +2,14 @@
 
 The policies are sb3-contrib's ``RecurrentActorCriticPolicy`` (and its CNN and multi-input variants), unchanged
 but for one hook: ``_get_action_dist_from_latent``, which ``forward``, ``evaluate_actions`` and
-``get_distribution`` all call on the LSTM's (and MLP's) latent, builds sb3-contrib's masked distribution from the
-action logits when masks are given. Without masks it is SB3's own distribution, so that an unmasked run draws and
-learns exactly what sb3-contrib's ``RecurrentPPO`` does. Masks reach the hook as the ``action_masks=`` argument of
-``forward``, ``evaluate_actions``, ``get_distribution`` and ``predict``, or, for callers that cannot pass them
-(``RecurrentPPO``'s own rollout and training loops), from :attr:`MaskableRecurrentActorCriticPolicy.mask_source`.
+``get_distribution`` all call on the LSTM's (and MLP's) latent. With masks it returns :class:`MaskedDistribution`,
+SB3's ``Distribution`` face of the package's one masked distribution,
+:class:`~torchrl_mask.distributions.MaskedCategoricals` (bit for bit sb3-contrib's masked distributions). Without
+masks it is SB3's own distribution, so that an unmasked run draws and learns exactly what sb3-contrib's
+``RecurrentPPO`` does. Masks reach the hook as the ``action_masks=`` argument of ``forward``, ``evaluate_actions``,
+``get_distribution`` and ``predict``, or, for ``RecurrentPPO``'s own rollout and training loops (which call the
+policy without them), from the source that :meth:`MaskableRecurrentActorCriticPolicy.masks_from` sets for the
+length of a ``with`` block.
 
 >>> import numpy as np
 >>> from gymnasium import spaces
@@ -27,7 +30,6 @@ from typing import Any
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from sb3_contrib.common.maskable.distributions import MaskableDistribution, make_masked_proba_distribution
 from sb3_contrib.common.recurrent.policies import (
     RecurrentActorCriticCnnPolicy,
     RecurrentActorCriticPolicy,
@@ -35,25 +37,83 @@ from sb3_contrib.common.recurrent.policies import (
 )
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from torch import nn
+
+from torchrl_mask.distributions import MaskedCategoricals
+from torchrl_mask.rollout.masks import mask_spec
 
 MaybeMasks = np.ndarray | th.Tensor | None
 
 
-def masked_distribution(
-    distribution: MaskableDistribution, action_logits: th.Tensor, action_masks: MaybeMasks
-) -> MaskableDistribution:
-    """The action distribution of ``action_logits`` with the illegal actions masked out (the one place masking
-    happens, so that another masked distribution can replace sb3-contrib's here).
+class MaskedDistribution(Distribution):
+    """SB3's ``Distribution`` over one batch of masked logits, computed by
+    :class:`~torchrl_mask.distributions.MaskedCategoricals` (what the LSTM policies' ``forward``,
+    ``evaluate_actions`` and ``predict`` call: ``get_actions``, ``log_prob``, ``entropy``).
 
-    :param distribution: sb3-contrib's masked distribution for the action space (reused, as sb3-contrib does).
-    :param action_logits: the action net's output, shape ``(batch, sum of the action dims)``.
-    :param action_masks: bool (or 0/1) masks, any shape with ``batch * sum of the action dims`` elements; True is
-        legal.
-    :return: ``distribution``, holding the masked distribution over the batch.
+    :param action_space: a Discrete or MultiDiscrete action space.
     """
-    distribution.proba_distribution(action_logits=action_logits)
-    distribution.apply_masking(action_masks)
-    return distribution
+
+    def __init__(self, action_space: spaces.Discrete | spaces.MultiDiscrete) -> None:
+        super().__init__()
+        self.categoricals = MaskedCategoricals(mask_spec(action_space).groups)
+        self._discrete = isinstance(action_space, spaces.Discrete)
+        self.log_pmf: list[th.Tensor] = []
+        self.mask: th.Tensor | None = None
+
+    def proba_distribution_net(self, *args: Any, **kwargs: Any) -> nn.Module:
+        """Not used: the policy's own ``action_net`` gives the logits."""
+        raise NotImplementedError("MaskedDistribution takes the logits of the policy's own action_net.")
+
+    def proba_distribution(self, action_logits: th.Tensor, action_masks: MaybeMasks = None) -> MaskedDistribution:
+        """Hold the distribution of ``action_logits`` under ``action_masks``.
+
+        :param action_logits: the action net's output, ``(batch, sum of the action dims)``.
+        :param action_masks: bool (or 0/1) masks with ``batch * sum of the action dims`` entries, True legal; None
+            unmasked.
+        :return: self.
+        """
+        width = self.categoricals.width
+        logits = action_logits.view(-1, width)
+        self.mask = None
+        if action_masks is not None:
+            self.mask = th.as_tensor(action_masks, device=logits.device).reshape(logits.shape).to(th.bool)
+        self.log_pmf = self.categoricals.log_pmf(logits, self.mask)
+        return self
+
+    def log_prob(self, actions: th.Tensor) -> th.Tensor:
+        """:param actions: ``(batch,)`` (Discrete) or ``(batch, n_sub_actions)``.
+        :return: the log-probabilities, ``(batch,)``."""
+        return self.categoricals.log_prob(self.log_pmf, actions)
+
+    def entropy(self) -> th.Tensor:
+        """:return: the entropies, ``(batch,)`` (masked choices count zero)."""
+        return self.categoricals.entropy(self.log_pmf, self.mask)
+
+    def sample(self) -> th.Tensor:
+        """:return: legal actions, ``(batch,)`` (Discrete) or ``(batch, n_sub_actions)``, int64."""
+        return self._shaped(self.categoricals.sample(self.log_pmf))
+
+    def mode(self) -> th.Tensor:
+        """:return: each sub-action's most likely legal choice, shaped as :meth:`sample`."""
+        return self._shaped(self.categoricals.sample(self.log_pmf, deterministic=True))
+
+    def actions_from_params(self, action_logits: th.Tensor, deterministic: bool = False, **kwargs: Any) -> th.Tensor:
+        """:param action_logits: as :meth:`proba_distribution` takes them.
+        :param deterministic: the mode instead of a sample.
+        :param kwargs: ``action_masks=``.
+        :return: the actions."""
+        return self.proba_distribution(action_logits, kwargs.get("action_masks")).get_actions(deterministic)
+
+    def log_prob_from_params(self, action_logits: th.Tensor, **kwargs: Any) -> tuple[th.Tensor, th.Tensor]:
+        """:param action_logits: as :meth:`proba_distribution` takes them.
+        :param kwargs: ``action_masks=``.
+        :return: sampled actions and their log-probabilities."""
+        actions = self.actions_from_params(action_logits, **kwargs)
+        return actions, self.log_prob(actions)
+
+    def _shaped(self, actions: th.Tensor) -> th.Tensor:
+        return actions[:, 0] if self._discrete else actions
 
 
 class MaskableRecurrentActorCriticPolicy(RecurrentActorCriticPolicy):
@@ -69,18 +129,44 @@ class MaskableRecurrentActorCriticPolicy(RecurrentActorCriticPolicy):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         maskable = isinstance(self.action_space, spaces.Discrete | spaces.MultiDiscrete)
-        self.masked_action_dist = make_masked_proba_distribution(self.action_space) if maskable else None
-        #: Called for the masks when ``forward`` or ``evaluate_actions`` is given none (None: no masks).
-        self.mask_source: Callable[[], MaybeMasks] | None = None
+        self.masked_action_dist = MaskedDistribution(self.action_space) if maskable else None  # type: ignore[arg-type]
+        self._mask_source: Callable[[], MaybeMasks] | None = None
         self._action_masks: MaybeMasks = None
+
+    def make_features_extractor(self) -> BaseFeaturesExtractor:
+        """SB3's features extractor, its ``features_dim`` a Python int.
+
+        Overridden because SB3 gives a NumPy integer for a MultiDiscrete observation space, which the ``nn.LSTM``
+        sb3-contrib builds on it refuses (sb3-contrib's own ``RecurrentPPO`` fails there).
+
+        :return: the extractor.
+        """
+        extractor = super().make_features_extractor()
+        extractor._features_dim = int(extractor.features_dim)
+        return extractor
+
+    @contextmanager
+    def masks_from(self, source: Callable[[], MaybeMasks]) -> Iterator[None]:
+        """Within the block, ``forward`` and ``evaluate_actions`` called without masks take ``source()``'s.
+
+        ``RecurrentPPO``'s rollout and training loops call the policy without masks; this is how
+        :class:`~torchrl_mask.MaskableRecurrentPPO` gives them theirs without copying those loops.
+
+        :param source: called once per such call for its masks, ``(batch, sum of the action dims)``.
+        """
+        previous, self._mask_source = self._mask_source, source
+        try:
+            yield
+        finally:
+            self._mask_source = previous
 
     @contextmanager
     def _masked(self, action_masks: MaybeMasks, from_source: bool = False) -> Iterator[None]:
-        # Masks given here, else those of an enclosing call (predict -> get_distribution), else mask_source's.
+        # Masks given here, else those of an enclosing call (predict -> get_distribution), else the source's.
         if action_masks is None:
             action_masks = self._action_masks
-        if action_masks is None and from_source and self.mask_source is not None:
-            action_masks = self.mask_source()
+        if action_masks is None and from_source and self._mask_source is not None:
+            action_masks = self._mask_source()
         if action_masks is not None and self.masked_action_dist is None:
             raise ValueError(f"action masks need a Discrete or MultiDiscrete action space, not {self.action_space}")
         previous, self._action_masks = self._action_masks, action_masks
@@ -93,7 +179,7 @@ class MaskableRecurrentActorCriticPolicy(RecurrentActorCriticPolicy):
         # The hook every method below reaches after the LSTM: the masked distribution when masks are set.
         if self._action_masks is None or self.masked_action_dist is None:
             return super()._get_action_dist_from_latent(latent_pi)
-        return masked_distribution(self.masked_action_dist, self.action_net(latent_pi), self._action_masks)
+        return self.masked_action_dist.proba_distribution(self.action_net(latent_pi), self._action_masks)
 
     def forward(  # type: ignore[override]
         self,
@@ -109,7 +195,7 @@ class MaskableRecurrentActorCriticPolicy(RecurrentActorCriticPolicy):
         :param lstm_states: the LSTM states, each ``(n_lstm_layers, n_envs, lstm_hidden_size)``.
         :param episode_starts: 1.0 where an episode starts, shape ``(n_envs,)``.
         :param deterministic: take the most likely legal action.
-        :param action_masks: masks, shape ``(n_envs, sum of the action dims)``; None: ``mask_source``'s.
+        :param action_masks: masks, shape ``(n_envs, sum of the action dims)``; None: the :meth:`masks_from` source's.
         :return: actions ``(n_envs, *action_shape)``, values ``(n_envs, 1)``, log-probs ``(n_envs,)``, states.
         """
         with self._masked(action_masks, from_source=True):
@@ -129,8 +215,8 @@ class MaskableRecurrentActorCriticPolicy(RecurrentActorCriticPolicy):
         :param actions: the actions, shape ``(n_seq * max_length,)`` (Discrete) or ``(..., n_dims)``.
         :param lstm_states: the states at each sequence's start, each ``(n_lstm_layers, n_seq, hidden)``.
         :param episode_starts: 1.0 where an episode starts, shape ``(n_seq * max_length,)``.
-        :param action_masks: masks, shape ``(n_seq * max_length, sum of the action dims)``; None:
-            ``mask_source``'s.
+        :param action_masks: masks, shape ``(n_seq * max_length, sum of the action dims)``; None: the
+            :meth:`masks_from` source's.
         :return: values ``(batch, 1)``, log-probs ``(batch,)``, entropies ``(batch,)``.
         """
         with self._masked(action_masks, from_source=True):

@@ -6,8 +6,9 @@ rollout loop and its training loop. What masking adds: ``learn(use_masking=True)
 ``action_masks()`` (sb3-contrib's ``get_action_masks``, as ``MaskablePPO`` does), samples only legal actions,
 keeps the masks in the rollout buffer (:mod:`torchrl_mask.rollout.recurrent_buffers`) and evaluates the minibatches'
 actions under them; ``predict(..., action_masks=)`` takes them too. With ``use_masking=False`` the parameters it
-learns
-are sb3-contrib's ``RecurrentPPO``'s, bit for bit, under one seed.
+learns are sb3-contrib's ``RecurrentPPO``'s, bit for bit, under one seed. It learns from a VecEnv only:
+``learn(collector=...)`` raises a ``TypeError`` saying so (a TorchRL collector's policy module would have to carry
+the LSTM states).
 
 >>> import gymnasium as gym, numpy as np
 >>> from sb3_contrib.common.wrappers import ActionMasker
@@ -31,8 +32,9 @@ from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_suppo
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import MaybeCallback
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
+from torchrl.collectors import BaseCollector
 
 from torchrl_mask.algorithms.recurrent_policies import (
     MaskableRecurrentActorCriticCnnPolicy,
@@ -40,24 +42,11 @@ from torchrl_mask.algorithms.recurrent_policies import (
     MaskableRecurrentMultiInputActorCriticPolicy,
     MaybeMasks,
 )
+from torchrl_mask.rollout.masks import mask_spec
 from torchrl_mask.rollout.recurrent_buffers import MaskableRecurrentDictRolloutBuffer, MaskableRecurrentRolloutBuffer
+from torchrl_mask.torchrl.nested import flatten_nested_env
 
 SelfMaskableRecurrentPPO = TypeVar("SelfMaskableRecurrentPPO", bound="MaskableRecurrentPPO")
-
-
-class _EnvMaskFeed:
-    """Reads the env's masks when the rollout loop calls the policy; hands the same masks to the buffer's add."""
-
-    def __init__(self, env: VecEnv) -> None:
-        self.env = env
-        self.masks: np.ndarray | None = None
-
-    def read(self) -> np.ndarray:
-        self.masks = get_action_masks(self.env)
-        return self.masks
-
-    def last(self) -> np.ndarray | None:
-        return self.masks
 
 
 class MaskableRecurrentPPO(RecurrentPPO):
@@ -80,9 +69,19 @@ class MaskableRecurrentPPO(RecurrentPPO):
     #: Whether the last ``learn`` call masks (read by ``collect_rollouts`` and ``train``).
     use_masking: bool = True
 
+    @staticmethod
+    def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
+        # SB3's hook for every env the model gets, as MaskablePPO uses it: a nested Dict flattened one level first.
+        return RecurrentPPO._wrap_env(flatten_nested_env(env), verbose, monitor_wrapper)
+
     def _setup_model(self) -> None:
-        # RecurrentPPO picks its buffer class inside _setup_model: the same buffer again, with an action_masks array.
+        # RecurrentPPO picks its buffer class inside _setup_model (it has no rollout_buffer_class): the same buffer
+        # again, in the TensorDict storage with the masks, for every action space a mask fits (Box keeps its own).
         super()._setup_model()
+        try:
+            mask_spec(self.action_space)
+        except TypeError:
+            return
         dict_obs = isinstance(self.observation_space, spaces.Dict)
         buffer_class = MaskableRecurrentDictRolloutBuffer if dict_obs else MaskableRecurrentRolloutBuffer
         self.rollout_buffer = buffer_class(
@@ -109,36 +108,38 @@ class MaskableRecurrentPPO(RecurrentPPO):
         :param env: the training env; with masking, it must have ``action_masks()``.
         :param callback: called at each step and at the rollout's start and end.
         :param rollout_buffer: a :class:`~torchrl_mask.rollout.recurrent_buffers.MaskableRecurrentRolloutBuffer` (or
-            Dict).
+            Dict) to mask.
         :param n_rollout_steps: steps per env.
         :param use_masking: read and apply the masks; None: :attr:`use_masking`.
         :return: False if the callback stopped the rollout.
         :raises ValueError: masking with an env without ``action_masks()``.
         """
         use_masking = self.use_masking if use_masking is None else use_masking
-        if use_masking and not is_masking_supported(env):
-            raise ValueError("Environment does not support action masking. Consider using ActionMasker wrapper")
-        # RecurrentPPO's loop calls the policy and buffer.add without masks: both take this step's from the env.
-        feed = _EnvMaskFeed(env) if use_masking else None
-        self.policy.mask_source = feed.read if feed is not None else None
-        if isinstance(rollout_buffer, MaskableRecurrentRolloutBuffer | MaskableRecurrentDictRolloutBuffer):
-            rollout_buffer.mask_source = feed.last if feed is not None else None
-        try:
+        if not use_masking:
             return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
-        finally:
-            self.policy.mask_source = None
-            if isinstance(rollout_buffer, MaskableRecurrentRolloutBuffer | MaskableRecurrentDictRolloutBuffer):
-                rollout_buffer.mask_source = None
+        if not is_masking_supported(env):
+            raise ValueError("Environment does not support action masking. Consider using ActionMasker wrapper")
+
+        def step_masks() -> np.ndarray:
+            # Read as MaskablePPO reads them, when the policy is called on the step's observation; the step's add().
+            masks = get_action_masks(env)
+            if isinstance(rollout_buffer, MaskableRecurrentRolloutBuffer):
+                rollout_buffer.pending_masks = masks
+            return masks
+
+        # Overridden because RecurrentPPO's loop calls the policy and add() without masks: they come from step_masks.
+        with self.policy.masks_from(step_masks):
+            return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
 
     def train(self) -> None:
         """``RecurrentPPO``'s update, each minibatch's actions evaluated under that minibatch's masks."""
         buffer = self.rollout_buffer
-        # RecurrentPPO.train calls evaluate_actions without masks: they are those of the minibatch get() yielded last.
-        self.policy.mask_source = (lambda: buffer.last_action_masks) if self.use_masking else None
-        try:
+        if not self.use_masking or not isinstance(buffer, MaskableRecurrentRolloutBuffer):
+            return super().train()
+        # Overridden because RecurrentPPO.train calls evaluate_actions without masks: the buffer keeps those of the
+        # minibatch get() yielded last.
+        with self.policy.masks_from(lambda: buffer.last_action_masks):
             super().train()
-        finally:
-            self.policy.mask_source = None
 
     def learn(  # type: ignore[override]
         self: SelfMaskableRecurrentPPO,
@@ -149,6 +150,7 @@ class MaskableRecurrentPPO(RecurrentPPO):
         reset_num_timesteps: bool = True,
         use_masking: bool = True,
         progress_bar: bool = False,
+        collector: BaseCollector | None = None,
     ) -> SelfMaskableRecurrentPPO:
         """``RecurrentPPO.learn``, with ``MaskablePPO``'s ``use_masking``.
 
@@ -159,8 +161,17 @@ class MaskableRecurrentPPO(RecurrentPPO):
         :param reset_num_timesteps: start the step count at zero.
         :param use_masking: read the masks from the env's ``action_masks()`` and apply them.
         :param progress_bar: show a progress bar.
+        :param collector: not supported yet: must be None (see the error).
         :return: the model.
+        :raises TypeError: a ``collector`` was given: the recurrent model learns from its VecEnv only for now.
         """
+        if collector is not None:
+            raise TypeError(
+                f"MaskableRecurrentPPO.learn(collector=...) got a {type(collector).__name__}, but the recurrent model "
+                "learns from VecEnvs only for now: a TorchRL collector's policy module would have to carry the LSTM "
+                "states and is_init, which MaskablePolicyModule does not. Give the envs as the model's env (a VecEnv "
+                "or make_vec_env) and call learn() without collector=, or use MaskablePPO with the collector."
+            )
         self.use_masking = use_masking
         return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
 

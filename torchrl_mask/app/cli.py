@@ -1,6 +1,7 @@
 """``torchrl-mask``: train MaskablePPO on a masked env, or benchmark it against sb3-contrib.
 
-``torchrl-mask train`` trains :class:`~torchrl_mask.MaskablePPO` on a gymnasium env that reports action masks
+``torchrl-mask train`` trains :class:`~torchrl_mask.MaskablePPO` (``--algo ppo_lstm_mask``:
+:class:`~torchrl_mask.MaskableRecurrentPPO`, LSTM policies) on a gymnasium env that reports action masks
 (by default ``Taxi-v4``, which ships with gymnasium and puts its mask in ``info["action_mask"]``) with
 rl-zoo3's habits: hyperparameters from an rl-zoo3 YAML file (``--conf-file``) and ``--hyperparams
 name=value`` overrides, periodic evaluation with the best model saved (``--eval-freq``), checkpoints
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from torchrl_mask.app.config import (
+    ALGOS,
     DEFAULT_HYPERPARAMS,
     GAME_PREFIX,
     HYPERPARAMS,
@@ -142,6 +144,13 @@ def _add_what_to_train(train: argparse.ArgumentParser) -> None:
         default=defaults.pool_size,
         metavar="N",
         help="pettingzoo:<game> only: play the learner against N snapshots of its past weights; 0 is pure self-play",
+    )
+    train.add_argument(
+        "--algo",
+        choices=sorted(ALGOS),
+        default=defaults.algo,
+        help="ppo_mask: MaskablePPO; ppo_lstm_mask: MaskableRecurrentPPO (LSTM policies, for tasks that need "
+        "memory; VecEnv only, no --collector or --eval-freq)",
     )
     train.add_argument(
         "-conf",
@@ -314,6 +323,7 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         conf_file=args.conf_file,
         overwrite=args.overwrite,
         pool_size=args.pool_size,
+        algo=args.algo,
     )
 
 

@@ -38,6 +38,7 @@ from torchrl_mask.app.hyperparams import (
 )
 
 __all__ = [
+    "ALGOS",
     "DEFAULT_HYPERPARAMS",
     "GAME_HYPERPARAMS",
     "GAME_PREFIX",
@@ -76,6 +77,10 @@ def game_hyperparams(env_id: str) -> dict[str, Any]:
     """
     name = env_id.removeprefix(GAME_PREFIX)
     return dict(GAME_HYPERPARAMS.get(name, GAME_HYPERPARAMS["default"]))
+
+
+#: ``--algo``'s choices (rl-zoo3's names) and the model each trains.
+ALGOS = {"ppo_mask": "MaskablePPO", "ppo_lstm_mask": "MaskableRecurrentPPO"}
 
 
 def _read_yaml(path: Path) -> Any:
@@ -218,6 +223,10 @@ class TrainConfig:
         it such a folder is refused).
     :param pool_size: a ``pettingzoo:`` game only: 0 trains by pure self-play; ``n`` plays the learner against
         ``n`` snapshots of its past weights (:class:`~torchrl_mask.SelfPlayPolicy`).
+
+    :param algo: ``"ppo_mask"`` trains :class:`~torchrl_mask.MaskablePPO`, ``"ppo_lstm_mask"``
+        :class:`~torchrl_mask.MaskableRecurrentPPO` (LSTM policies: ``MlpLstmPolicy`` or ``MultiInputLstmPolicy``
+        by default, with ``policy_kwargs`` such as ``lstm_hidden_size``; VecEnv only, no periodic evaluation).
     """
 
     env_id: str = "Taxi-v4"
@@ -243,6 +252,8 @@ class TrainConfig:
     conf_file: Path | None = None
     overwrite: bool = False
     pool_size: int = 0
+
+    algo: Literal["ppo_mask", "ppo_lstm_mask"] = "ppo_mask"
 
     def output_dir(self) -> Path:
         """The output folder: :attr:`out`, or ``runs/<env_id>-<date>-<time>`` (env id made file-safe)."""
@@ -277,9 +288,36 @@ def check_config(config: TrainConfig) -> Path:
 
     :param config: the run's configuration.
     :return: the output folder (:meth:`TrainConfig.output_dir`).
-    :raises UsageError: a minibatch of one row (:func:`check_minibatches`), or what :func:`check_paths` raises.
+    :raises UsageError: a minibatch of one row (:func:`check_minibatches`), an option the algorithm lacks
+        (:func:`check_algo`), or what :func:`check_paths` raises.
     """
+    check_algo(config)
     hyperparams = config.hyperparams  # MaskablePPO's defaults where the run gives none
     n_steps, batch_size = hyperparams.get("n_steps", 2048), hyperparams.get("batch_size", 64)
     check_minibatches(n_steps, config.n_envs, batch_size, hyperparams.get("normalize_advantage", True))
     return check_paths(config)
+
+
+def check_algo(config: TrainConfig) -> None:
+    """Refuse the options ``--algo ppo_lstm_mask`` does not have yet, naming what to do instead.
+
+    :param config: the run's configuration.
+    :raises UsageError: a ``pettingzoo:`` game, ``--collector`` or ``--eval-freq`` with the recurrent model.
+    """
+    if config.algo != "ppo_lstm_mask":
+        return
+    if config.env_id.startswith("pettingzoo:"):
+        raise UsageError(
+            f"--algo ppo_lstm_mask with --env {config.env_id}: self-play trains MaskablePPO only for now; drop --algo "
+            "(or pick a gymnasium env for the recurrent model)."
+        )
+    if config.collector is not None:
+        raise UsageError(
+            f"--collector {config.collector} with --algo ppo_lstm_mask: the recurrent model learns from SB3's VecEnv "
+            "only for now (a TorchRL collector would have to carry the LSTM states); drop --collector."
+        )
+    if config.eval_freq > 0:
+        raise UsageError(
+            "--eval-freq with --algo ppo_lstm_mask: sb3-contrib's MaskableEvalCallback drops the LSTM state between "
+            "steps, so its scores would be wrong; drop --eval-freq (the final evaluation keeps the state)."
+        )

@@ -18,10 +18,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from sb3_contrib.common.maskable.evaluation import evaluate_policy
+from sb3_contrib.common.maskable.utils import get_action_masks
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.evaluation import evaluate_policy as sb3_evaluate_policy
 from stable_baselines3.common.monitor import load_results
 
 from torchrl_mask.algorithms.ppo import UnmaskedPredictWarning
+from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
 from torchrl_mask.rollout.masks import mask_spec
 
 __all__ = ["evaluate", "learning_curve", "plot"]
@@ -46,6 +49,41 @@ class _RandomLegalPolicy:
         return choice, None
 
 
+class _RecurrentMaskedPlayer:
+    """A recurrent model that reads the env's masks at each ``predict``, for SB3's ``evaluate_policy``, which
+    carries the LSTM state from step to step (sb3-contrib's masked ``evaluate_policy`` drops it).
+
+    :param model: a MaskableRecurrentPPO.
+    :param env: the evaluation VecEnv, with ``action_masks()``.
+    """
+
+    def __init__(self, model: MaskableRecurrentPPO, env: Any) -> None:
+        self.model, self.env = model, env
+
+    def predict(
+        self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False
+    ) -> Any:
+        masks = get_action_masks(self.env)
+        return self.model.predict(observation, state, episode_start, deterministic, action_masks=masks)
+
+
+def _episode_returns(player: Any, env: Any, episodes: int, use_masking: bool) -> Any:
+    """The returns of ``episodes`` deterministic episodes, by sb3-contrib's ``evaluate_policy`` (SB3's, with the
+    masks read by :class:`_RecurrentMaskedPlayer`, for a recurrent model with masks)."""
+    if use_masking and isinstance(player, MaskableRecurrentPPO):
+        player = _RecurrentMaskedPlayer(player, env)
+        return sb3_evaluate_policy(player, env, episodes, deterministic=True, return_episode_rewards=True)[0]
+    returns, _ = evaluate_policy(
+        cast(Any, player),
+        env,
+        n_eval_episodes=episodes,
+        deterministic=True,
+        return_episode_rewards=True,
+        use_masking=use_masking,
+    )
+    return returns
+
+
 def evaluate(model: Any, make_env: Callable[[], gym.Env], episodes: int, seed: int) -> dict[str, dict[str, Any]]:
     """Mean and std of the episode return of the model with masks, without masks, and of random legal actions.
 
@@ -53,7 +91,7 @@ def evaluate(model: Any, make_env: Callable[[], gym.Env], episodes: int, seed: i
     three see the same start states. One that raises (an env that refuses an illegal move, played without
     masks) is recorded as ``{"error": "<type>: <message>"}`` and the others still play.
 
-    :param model: a trained MaskablePPO.
+    :param model: a trained MaskablePPO or MaskableRecurrentPPO.
     :param make_env: makes one masked env (with ``action_masks()``).
     :param episodes: episodes per evaluation.
     :param seed: the run's seed.
@@ -71,14 +109,7 @@ def evaluate(model: Any, make_env: Callable[[], gym.Env], episodes: int, seed: i
             with warnings.catch_warnings():
                 if not use_masking:  # unmasked on purpose: the warning for users who forget masks is noise here
                     warnings.simplefilter("ignore", UnmaskedPredictWarning)
-                returns, _ = evaluate_policy(
-                    cast(Any, player),
-                    env,
-                    n_eval_episodes=episodes,
-                    deterministic=True,
-                    return_episode_rewards=True,
-                    use_masking=use_masking,
-                )
+                returns = _episode_returns(player, env, episodes, use_masking)
         except Exception as err:  # the env's own error: reported, the model is already saved
             results[name] = {"error": f"{type(err).__name__}: {' '.join(str(err).split())}"}
             continue
@@ -101,7 +132,12 @@ def learning_curve(monitor_dir: Path) -> list[tuple[int, float]]:
 
 
 def plot(
-    curve: list[tuple[int, float]], evaluation: dict[str, dict[str, Any]], env_id: str, episodes: int, path: Path
+    curve: list[tuple[int, float]],
+    evaluation: dict[str, dict[str, Any]],
+    env_id: str,
+    episodes: int,
+    path: Path,
+    algo_name: str = "MaskablePPO",
 ) -> None:
     """Draw the learning curve (each episode and a running mean) beside the three evaluations, as a PNG.
 
@@ -110,6 +146,7 @@ def plot(
     :param env_id: the env's name, for the titles.
     :param episodes: episodes per evaluation, for the title.
     :param path: the PNG to write.
+    :param algo_name: the model's class, for the title.
     """
     import matplotlib
 
@@ -126,7 +163,7 @@ def plot(
         ax_curve.legend(loc="lower right")
     else:
         ax_curve.text(0.5, 0.5, "no episode ended during training", ha="center", transform=ax_curve.transAxes)
-    ax_curve.set(xlabel="timestep", ylabel="episode return", title=f"MaskablePPO on {env_id}: training")
+    ax_curve.set(xlabel="timestep", ylabel="episode return", title=f"{algo_name} on {env_id}: training")
     ax_curve.grid(alpha=0.3)
 
     labels = {"masked": "trained,\nmasks", "unmasked": "trained,\nno masks", "random": "random\nlegal"}

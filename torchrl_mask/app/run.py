@@ -11,7 +11,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from torchrl_mask.app.config import GAME_PREFIX, TrainConfig
+from torchrl_mask.app.config import ALGOS, GAME_PREFIX, TrainConfig
 
 if TYPE_CHECKING:
     from torchrl_mask.app.training import TrainResult
@@ -78,7 +78,7 @@ def _train(config: TrainConfig, collector_text: dict[str, str]) -> int:
     source = training.describe_masks(config)
     rollouts = "SB3's DummyVecEnv" if config.collector is None else collector_text[config.collector]
     print(
-        f"Training MaskablePPO on {config.env_id} (masks from {source}) for {config.n_timesteps:,} steps: "
+        f"Training {ALGOS[config.algo]} on {config.env_id} (masks from {source}) for {config.n_timesteps:,} steps: "
         f"{config.n_envs} envs ({rollouts}), seed {config.seed}, device {config.device}."
     )
     try:

@@ -7,7 +7,8 @@ before it writes anything, locks the output folder (:mod:`torchrl_mask.app.run_f
 model and the curve's CSV right after training (also when a ``KeyboardInterrupt`` stops it:
 :class:`TrainingInterrupted`), the rest after the evaluation:
 
-- ``model.zip``: the trained model (``torchrl_mask.MaskablePPO.load`` or sb3-contrib's ``MaskablePPO.load``);
+- ``model.zip``: the trained model (``torchrl_mask.MaskablePPO.load`` or sb3-contrib's ``MaskablePPO.load``; with
+  ``algo="ppo_lstm_mask"``, ``torchrl_mask.MaskableRecurrentPPO.load``);
 - ``learning_curve.png``: episode return over timesteps beside the evaluation;
 - ``learning_curve.csv``: the points of that curve (``timestep,episode_return``);
 - ``evaluation.json``: the evaluation, and the configuration that produced it;
@@ -48,6 +49,7 @@ from torchrl.envs import SerialEnv
 
 from torchrl_mask.algorithms.collectors import learn_from_collector
 from torchrl_mask.algorithms.ppo import MaskablePPO
+from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
 from torchrl_mask.app import results, run_folder
 from torchrl_mask.app.config import TrainConfig, UsageError, check_config, check_device
 from torchrl_mask.app.masked_env import collector_env, make_masked_env, one_line
@@ -64,6 +66,11 @@ MASK_SOURCE_TEXT = {
 OUTPUT_FILES = ("model.zip", "learning_curve.png", "learning_curve.csv", "evaluation.json")
 # The policy's constructor arguments that MaskablePPO fills in itself; policy_kwargs cannot set them.
 POLICY_SET_BY_PPO = {"self", "observation_space", "action_space", "lr_schedule"}
+#: The model each ``--algo`` trains.
+ALGORITHMS: dict[str, type[MaskablePPO] | type[MaskableRecurrentPPO]] = {
+    "ppo_mask": MaskablePPO,
+    "ppo_lstm_mask": MaskableRecurrentPPO,
+}
 
 
 @dataclass
@@ -78,7 +85,7 @@ class TrainResult:
     :param files: the names of the files written in ``out`` (checkpoints and best model included).
     """
 
-    model: MaskablePPO
+    model: MaskablePPO | MaskableRecurrentPPO
     out: Path
     evaluation: dict[str, dict[str, Any]]
     curve: list[tuple[int, float]] = field(default_factory=list)
@@ -118,16 +125,19 @@ class _Plan:
 def _policy(config: TrainConfig, observation_space: spaces.Space) -> str:
     policy = config.hyperparams.get("policy")
     fits = "MultiInputPolicy" if isinstance(observation_space, spaces.Dict) else "MlpPolicy"
+    cnn = "CnnPolicy"
+    if config.algo == "ppo_lstm_mask":  # sb3-contrib's names for the same three with an LSTM
+        fits, cnn = fits.replace("Policy", "LstmPolicy"), "CnnLstmPolicy"
     if policy is None:
         return fits
-    if policy != fits and (policy != "CnnPolicy" or not is_image_space(observation_space)):
+    if policy != fits and (policy != cnn or not is_image_space(observation_space)):
         raise UsageError(
             f"policy={policy} does not fit {config.env_id}'s observation space {observation_space}; use policy={fits}."
         )
     return str(policy)
 
 
-def _model_kwargs(hyperparams: dict[str, Any], policy: str) -> dict[str, Any]:
+def _model_kwargs(hyperparams: dict[str, Any], policy: str, algo: str = "ppo_mask") -> dict[str, Any]:
     """MaskablePPO's keyword arguments from checked hyperparameters: rl-zoo3's ``lin_<x>`` as SB3's
     ``LinearSchedule`` (from x to 0), ``activation_fn="nn.ReLU"`` as the class; policy_kwargs checked by name."""
     kwargs = {key: value for key, value in hyperparams.items() if key != "policy"}
@@ -149,7 +159,7 @@ def _model_kwargs(hyperparams: dict[str, Any], policy: str) -> dict[str, Any]:
             )
         _refuse_constructor_arguments(name, activation)
         policy_kwargs["activation_fn"] = activation
-    accepted = set(inspect.signature(MaskablePPO.policy_aliases[policy]).parameters) - POLICY_SET_BY_PPO
+    accepted = _policy_parameters(ALGORITHMS[algo].policy_aliases[policy]) - POLICY_SET_BY_PPO
     unknown = sorted(set(policy_kwargs) - accepted)
     if unknown:
         takes = ", ".join(sorted(accepted))
@@ -179,10 +189,20 @@ def _recorded_policy_kwargs(model: MaskablePPO) -> dict[str, Any]:
     return {**model.policy_kwargs, "net_arch": policy.net_arch, "activation_fn": f"nn.{policy.activation_fn.__name__}"}
 
 
-def _check_trained_agent(path: Path, env: gym.Env) -> None:
-    """``path`` loads as a MaskablePPO whose spaces are the env's."""
+def _policy_parameters(policy_class: type) -> set[str]:
+    """The arguments a policy class takes: its own, or its base's where it passes ``*args, **kwargs`` on (the
+    masked LSTM policies)."""
+    for cls in policy_class.__mro__:
+        parameters = inspect.signature(cls).parameters
+        if not any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters.values()):
+            return set(parameters)
+    return set()
+
+
+def _check_trained_agent(path: Path, env: gym.Env, algo: str = "ppo_mask") -> None:
+    """``path`` loads as the ``algo``'s model, its spaces the env's."""
     try:
-        saved = MaskablePPO.load(path, device="cpu")
+        saved = ALGORITHMS[algo].load(path, device="cpu")
         check_for_correct_spaces(env, saved.observation_space, saved.action_space)
     except (
         AssertionError,
@@ -193,8 +213,8 @@ def _check_trained_agent(path: Path, env: gym.Env) -> None:
         pickle.UnpicklingError,
         zipfile.BadZipFile,
     ) as err:
-        raise UsageError(f"-i {path}: cannot continue from it: {one_line(err)} Pass a MaskablePPO .zip saved "
-                         "for this env.") from None  # fmt: skip
+        raise UsageError(f"-i {path}: cannot continue from it: {one_line(err)} Pass a "
+                         f"{ALGORITHMS[algo].__name__} .zip saved for this env.") from None  # fmt: skip
 
 
 def _prepare(config: TrainConfig) -> _Plan:
@@ -204,24 +224,26 @@ def _prepare(config: TrainConfig) -> _Plan:
     env = make_masked_env(config.env_id)
     try:
         policy = _policy(config, env.observation_space)
-        model_kwargs = _model_kwargs(config.hyperparams, policy)
+        model_kwargs = _model_kwargs(config.hyperparams, policy, config.algo)
         if config.trained_agent is not None:
-            _check_trained_agent(config.trained_agent, env)
+            _check_trained_agent(config.trained_agent, env, config.algo)
         mask_text = MASK_SOURCE_TEXT[env.get_wrapper_attr("source")]
     finally:
         env.close()
     return _Plan(out, device, policy, model_kwargs, mask_text)
 
 
-def _build_model(config: TrainConfig, plan: _Plan, env: VecEnv) -> MaskablePPO:
-    """A new MaskablePPO, or the trained agent with the hyperparameters given (its policy kept, as rl-zoo3 does)."""
+def _build_model(config: TrainConfig, plan: _Plan, env: VecEnv) -> MaskablePPO | MaskableRecurrentPPO:
+    """A new model of ``config.algo``, or the trained agent with the hyperparameters given (its policy kept, as
+    rl-zoo3 does)."""
+    algorithm = ALGORITHMS[config.algo]
     tensorboard_log = None if config.tensorboard_log is None else str(config.tensorboard_log)
     common: dict[str, Any] = {"tensorboard_log": tensorboard_log, "verbose": config.verbose, "seed": config.seed}
     if config.trained_agent is not None:
         kwargs = {key: value for key, value in plan.model_kwargs.items() if key != "policy_kwargs"}
-        model = MaskablePPO.load(config.trained_agent, env=env, device=plan.device, **common, **kwargs)
+        model = algorithm.load(config.trained_agent, env=env, device=plan.device, **common, **kwargs)
     else:
-        model = MaskablePPO(plan.policy, env, device=plan.device, **common, **plan.model_kwargs)
+        model = algorithm(plan.policy, env, device=plan.device, **common, **plan.model_kwargs)
     if tensorboard_log is None:
         # SB3's own logger choice without TensorBoard (stdout when verbose), but not its empty /tmp/SB3-<date>
         # folder, which learn() would otherwise leave behind at every run.
@@ -253,7 +275,7 @@ def _callbacks(config: TrainConfig, out: Path) -> list[BaseCallback]:
     return callbacks
 
 
-def _learn(config: TrainConfig, model: MaskablePPO, monitor_dir: Path, callbacks: list[BaseCallback]) -> None:
+def _learn(config: TrainConfig, model: Any, monitor_dir: Path, callbacks: list[BaseCallback]) -> None:
     continuing = config.trained_agent is not None  # num_timesteps goes on from the saved model's
     if config.collector is None:
         model.learn(config.n_timesteps, callbacks, progress_bar=config.progress_bar, reset_num_timesteps=not continuing)
@@ -289,7 +311,7 @@ def _make_env(config: TrainConfig, monitor_dir: Path) -> VecEnv:
     return DummyVecEnv([partial(make_masked_env, config.env_id)] * config.n_envs)
 
 
-def _learn_and_save(config: TrainConfig, plan: _Plan, monitor_dir: Path) -> tuple[MaskablePPO, list[tuple[int, float]]]:
+def _learn_and_save(config: TrainConfig, plan: _Plan, monitor_dir: Path) -> tuple[Any, list[tuple[int, float]]]:
     """Train, then save the model and the learning curve at once (also after an interrupt, then re-raised)."""
     env = _make_env(config, monitor_dir)
     try:
@@ -341,7 +363,10 @@ def train(config: TrainConfig) -> TrainResult:
             evaluation = results.evaluate(
                 model, partial(make_masked_env, config.env_id), config.eval_episodes, config.seed
             )
-            results.plot(curve, evaluation, config.env_id, config.eval_episodes, out / "learning_curve.png")
+            results.plot(
+                curve, evaluation, config.env_id, config.eval_episodes, out / "learning_curve.png",
+                algo_name=type(model).__name__,
+            )  # fmt: skip
             recorded = {**asdict(config), "out": str(out)}
             if config.trained_agent is not None:  # its saved policy was kept: record that one
                 recorded["hyperparams"]["policy_kwargs"] = _recorded_policy_kwargs(model)

@@ -2,7 +2,7 @@
 
 - ``buffers``, ``grid``, ``report``: the rollout-buffer grid (``add``, GAE, ``get``) and its tables;
 - ``learn``: end-to-end ``learn()`` against sb3-contrib; ``spaces``: the cost of masking per action space, against
-  SB3's unmasked ``PPO``.
+  SB3's unmasked ``PPO``; ``recurrent``: sb3-contrib's ``RecurrentPPO`` against ``MaskableRecurrentPPO`` unmasked.
 
 Not imported by ``import torchrl_mask``. May import anything in the library.
 """

@@ -23,8 +23,9 @@ libraries since the parameters are the same) stayed as measured.
 
 Run it as ``torchrl-mask bench learn`` or ``python benchmarks/bench_ppo.py`` (a few minutes); ``--help`` for the
 knobs. SB3's default shape: ``--n-steps 2048 --n-epochs 10 --timesteps 16384``. ``--action-spaces`` runs the
-action-space grid instead (:mod:`torchrl_mask.bench.spaces`: SB3's unmasked PPO, sb3-contrib and ours), and
-``--fast-paths`` what each fast path buys (:mod:`torchrl_mask.bench.fastpaths`).
+action-space grid instead (:mod:`torchrl_mask.bench.spaces`: SB3's unmasked PPO, sb3-contrib and ours),
+``--fast-paths`` what each fast path buys (:mod:`torchrl_mask.bench.fastpaths`) and ``--recurrent`` RecurrentPPO
+against MaskableRecurrentPPO (:mod:`torchrl_mask.bench.recurrent`).
 """
 
 from __future__ import annotations
@@ -230,6 +231,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="what each fast path buys instead: learn() with one path off against all on (its own knobs: "
         "torchrl-mask bench learn --fast-paths --help)",
     )  # fmt: skip
+    parser.add_argument(
+        "--recurrent", action="store_true",
+        help="sb3-contrib's RecurrentPPO against MaskableRecurrentPPO(use_masking=False) instead (its own knobs: "
+        "torchrl-mask bench learn --recurrent --help)",
+    )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds per library (after one warm-up)")
     parser.add_argument("--timesteps", type=int, default=4096, help="total_timesteps of each learn call")
     parser.add_argument("--n-steps", type=int, default=256)
@@ -296,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     :param argv: command-line arguments (``sys.argv[1:]`` when None).
     :return: 0 on success; 1 if the two libraries learned different parameters.
     """
+    if argv is not None and "--recurrent" in argv:  # RecurrentPPO against MaskableRecurrentPPO, unmasked
+        from torchrl_mask.bench import recurrent as benchmark_recurrent
+
+        return benchmark_recurrent.main([arg for arg in argv if arg != "--recurrent"])
     if argv is not None and "--action-spaces" in argv:  # the cost of masking, per action space
         from torchrl_mask.bench import spaces as benchmark_spaces
 

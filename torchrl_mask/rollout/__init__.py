@@ -9,7 +9,8 @@ What lives here, in the order data flows through it:
 - ``advantage``: GAE, a thin call of TorchRL's ``generalized_advantage_estimate``;
 - ``minibatches``: the shuffled minibatch gather into sb3-contrib's namedtuples; ``sb3_arrays``: SB3's numpy names;
 - ``tensordict_rollout``: the rollout object that ties these together; ``buffers``: ``MaskableRolloutBuffer`` and
-  ``MaskableDictRolloutBuffer`` (sb3-contrib's API); ``recurrent_buffers``: the recurrent buffers.
+  ``MaskableDictRolloutBuffer`` (sb3-contrib's API); ``recurrent_buffers``: the recurrent buffers, with
+  ``sequences``: their minibatches of whole sequences.
 
 May import: torch, numpy, tensordict, TorchRL, SB3 and sb3-contrib; from this package, nothing outside this folder.
 """

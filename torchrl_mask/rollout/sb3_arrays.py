@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from tensordict.utils import NestedKey
 
-__all__ = ["ArrayLike", "SB3Array", "WriteThroughArray", "float_masks", "to_numpy"]
+__all__ = ["ArrayLike", "FlatArray", "SB3Array", "WriteThroughArray", "float_masks", "to_numpy"]
 
 ArrayLike = np.ndarray | torch.Tensor | float | int | bool
 
@@ -123,3 +123,24 @@ class SB3Array:
     def __set__(self, buf: Any, value: ArrayLike) -> None:
         view = self._sb3_view(buf)
         view.copy_(torch.as_tensor(np.array(value)).reshape(view.shape))
+
+
+class FlatArray:
+    """A buffer attribute as sb3-contrib's flattened array (a descriptor; the recurrent buffers' names, in the layout
+    sb3-contrib's recurrent buffer has once ``get`` ran): the leaf ``(n_envs, T, ...)`` as ``(n_envs * T, ...)``
+    (a trailing 1 for scalars, as ``swap_and_flatten`` gives), a numpy view on the host (a float32 copy of a bool
+    leaf).
+
+    :param key: the storage leaf.
+    :param as_float: read a bool leaf as sb3-contrib's float32.
+    """
+
+    def __init__(self, key: NestedKey, as_float: bool = False) -> None:
+        self.key, self.as_float = key, as_float
+
+    def __get__(self, buf: Any, owner: type) -> Any:
+        if buf is None:
+            return self
+        leaf = buf.tensordict.get(self.key)
+        flat = to_numpy(leaf.reshape(leaf.shape[0] * leaf.shape[1], *(leaf.shape[2:] or (1,))))
+        return flat.astype(np.float32) if self.as_float else flat
