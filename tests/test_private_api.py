@@ -42,6 +42,13 @@ def _adam() -> torch.optim.Adam:
     return torch.optim.Adam([nn.Parameter(torch.ones(1))])
 
 
+def _flatten_extractor() -> Any:
+    from gymnasium import spaces
+    from stable_baselines3.common.torch_layers import FlattenExtractor
+
+    return FlattenExtractor(spaces.Box(0, 1, (3,)))
+
+
 def _collector() -> Collector:
     return Collector(taxi_env, None, frames_per_batch=8, total_frames=-1)
 
@@ -72,7 +79,7 @@ ENTRIES: list[tuple[str, str, Callable[[], Any], tuple[str, ...], str]] = [
     ),
     (
         "stable-baselines3", "BaseAlgorithm", lambda: BaseAlgorithm,
-        ("_update_info_buffer", "_setup_model", "_excluded_save_params"),
+        ("_update_info_buffer", "_setup_model", "_excluded_save_params", "_wrap_env"),
         "algorithms/ppo.py, recurrent_ppo.py, vecenv_source.py, collector_source.py",
     ),
     (
@@ -88,7 +95,11 @@ ENTRIES: list[tuple[str, str, Callable[[], Any], tuple[str, ...], str]] = [
         "sb3-contrib", "RecurrentRolloutBuffer", lambda: RecurrentRolloutBuffer, ("_get_samples",),
         "rollout/recurrent_buffers.py",
     ),
-    ("sb3-contrib", "RecurrentPPO", lambda: RecurrentPPO, ("_setup_model",), "algorithms/recurrent_ppo.py"),
+    ("sb3-contrib", "RecurrentPPO", lambda: RecurrentPPO, ("_setup_model", "_wrap_env"), "algorithms/recurrent_ppo.py"),
+    (
+        "stable-baselines3", "a FlattenExtractor", _flatten_extractor, ("_features_dim",),
+        "algorithms/recurrent_policies.py (an int size for nn.LSTM)",
+    ),
     # TorchRL: the collectors' weight-sync schemes, shut down before an unguarded script's error.
     ("torchrl", "a Collector", _collector, ("_weight_sync_schemes",), "torchrl/workers.py"),
     # CPython: a stuck worker's frame in the error, and the caller that starts a spawned worker.
