@@ -40,6 +40,8 @@ class MaskSpec:
         self._starts = offsets[:-1]
         self._uniform = len(set(groups)) == 1
         self._limits = np.asarray(groups)
+        self._unsigned_limits = self._limits.astype(np.uint64)
+        self._row_starts: dict[int, np.ndarray] = {}  # see _flat_starts
 
     def __repr__(self) -> str:
         return f"MaskSpec(groups={self.groups}, size={self.size})"
@@ -87,6 +89,8 @@ class MaskSpec:
         :return: bool rows of shape ``(n_envs, size)``, a numpy array or a tensor as given.
         :raises ValueError: wrong shape.
         """
+        if isinstance(masks, np.ndarray) and masks.dtype == np.bool_ and masks.shape == (n_envs, self.size):
+            return masks  # already bool rows: what the envs' mask reader gives every step
         masks = _mask_array(masks)
         shape = tuple(masks.shape)
         fits = (len(shape) >= 2 and shape[0] == n_envs and math.prod(shape[1:]) == self.size) or (
@@ -139,20 +143,27 @@ class MaskSpec:
 
     def _check_choices(self, choices: MaskArray, row_label: Callable[[int], str] | None) -> None:
         """Each choice integral and in its group's range ``[0, n)``; bool, integer, float or tensor choices."""
+        if isinstance(choices, np.ndarray) and choices.dtype.kind in "iu":
+            # Seen as unsigned, a negative choice is a huge one: one comparison checks both bounds.
+            unsigned = choices.view(f"u{choices.dtype.itemsize}") if choices.dtype.kind == "i" else choices
+            if not (unsigned < self._unsigned_limits).all():
+                raise self._action_error(choices, None, row_label)
+            return
         limits: MaskArray = self._limits
         if isinstance(choices, torch.Tensor):
             limits = torch.as_tensor(self._limits, device=choices.device)
             choices = choices.long() if choices.dtype == torch.bool else choices
-        elif choices.dtype.kind in "iub":
-            if bool(((choices >= 0) & (choices < limits)).all()):
-                return
-            raise self._action_error(choices, None, row_label)
         if not bool(((choices >= 0) & (choices < limits) & (choices % 1 == 0)).all()):
             raise self._action_error(choices, None, row_label)
 
     def _flat_starts(self, n_rows: int) -> np.ndarray:
-        """``(n_rows, n_groups)``: the flat index, in ``(n_rows, size)`` rows, of each row's group starts."""
-        return np.arange(n_rows, dtype=np.int64)[:, None] * self.size + self._starts.astype(np.int64)
+        """``(n_rows, n_groups)``: the flat index, in ``(n_rows, size)`` rows, of each row's group starts (made once
+        per row count: every ``add`` of a run has the same)."""
+        starts = self._row_starts.get(n_rows)
+        if starts is None:
+            starts = np.arange(n_rows, dtype=np.int64)[:, None] * self.size + self._starts.astype(np.int64)
+            self._row_starts[n_rows] = starts
+        return starts
 
     def _action_error(
         self, choices: MaskArray, allowed: MaskArray | None, row_label: Callable[[int], str] | None
@@ -178,9 +189,11 @@ class MaskSpec:
 
     def _all_allowed(self, rows: MaskArray) -> bool:
         """Whether every group of every row allows a choice (this runs on every ``add``)."""
-        if isinstance(rows, np.ndarray) and len(self.groups) == 1:
+        if not isinstance(rows, np.ndarray):
+            return bool(self._allowed_groups(rows).all())
+        if len(self.groups) == 1:
             return bool(rows.any(axis=1).all())
-        return bool(self._allowed_groups(rows).all())
+        return bool(np.logical_or.reduceat(rows, self._starts, axis=1).all())
 
     def _allowed_groups(self, rows: MaskArray) -> MaskArray:
         """``(n_envs, n_groups)``: whether each group of each row allows at least one choice."""
