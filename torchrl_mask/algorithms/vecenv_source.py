@@ -31,45 +31,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBuffer, MaskableRolloutBuffer
-from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
-from torchrl_mask.distributions import MaskedCategoricals
-from torchrl_mask.fastpath.stock import forward_hooked, plain_layers, stock_policy, values_and_logits
-from torchrl_mask.rollout.masks import mask_spec
+from torchrl_mask.fastpath.stock import StockForward, forward_hooked, stock_policy
 from torchrl_mask.torchrl.envs import VecEnvMasks, vec_env_masks
 
 if TYPE_CHECKING:
     from sb3_contrib import MaskablePPO
 
 __all__ = ["VecEnvRollout", "fast_rollout"]
-
-
-class _StockForward:
-    """``MaskableActorCriticPolicy.forward(obs, action_masks=masks)`` for sb3-contrib's stock policies, sampling.
-
-    :param policy: a stock policy (exact class) with a stock masked distribution.
-    """
-
-    def __init__(self, policy: MaskableActorCriticPolicy) -> None:
-        self.policy = policy
-        self._spec = mask_spec(policy.action_space)
-        self._dist = MaskedCategoricals(self._spec.groups)
-        self._action_shape = tuple(policy.action_space.shape or ())
-        self._plain = plain_layers(policy)
-
-    def __call__(self, obs: Any, masks: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """:return: actions ``(B, *action_shape)``, values ``(B, 1)``, log-probabilities ``(B,)``."""
-        values, action_logits = values_and_logits(self.policy, obs, self._plain)
-        logits = action_logits.view(-1, self._dist.width)
-        # The buffers' mask reader: bool rows (n_envs, mask_dims), or an error naming a wrong shape or value
-        # before the policy's output is used (add() checks each row's choices once the step is taken).
-        mask = torch.as_tensor(self._spec.reshape(masks, len(logits)), device=logits.device)
-        log_pmf = self._dist.log_pmf(logits, mask)
-        actions = self._dist.sample(log_pmf)
-        return actions.reshape((-1, *self._action_shape)), values, self._dist.log_prob(log_pmf, actions)
 
 
 class VecEnvRollout:
@@ -82,7 +54,7 @@ class VecEnvRollout:
     def __init__(self, model: MaskablePPO, masks: VecEnvMasks) -> None:
         self.model = model
         self.masks = masks
-        self.forward = _StockForward(model.policy)
+        self.forward = StockForward(model.policy)
 
     def collect(self, callback: BaseCallback, rollout_buffer: Any, n_rollout_steps: int) -> bool:
         """Fill ``rollout_buffer`` with ``n_rollout_steps`` steps of each env, as sb3-contrib's

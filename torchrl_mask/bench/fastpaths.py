@@ -56,7 +56,7 @@ def _torch_adam(optimizer: Any) -> contextlib.AbstractContextManager[bool]:
 # path: (where its switch is, what stands in for it when off)
 PATHS: dict[str, tuple[str, Callable[..., Any]]] = {
     "vecenv-rollout": ("torchrl_mask.algorithms.ppo.fast_rollout", _no_fast_rollout),
-    "plain-layers": ("torchrl_mask.algorithms.vecenv_source.plain_layers", _no_plain_layers),
+    "plain-layers": ("torchrl_mask.fastpath.stock.plain_layers", _no_plain_layers),
     "evaluate-actions": ("torchrl_mask.fastpath.evaluation._inlinable", _no_plain_layers),
     "flat-adam": ("torchrl_mask.fastpath.evaluation.fast_adam", _torch_adam),
 }

@@ -1,12 +1,12 @@
 """sb3-contrib's stock policies, and what the fast paths need to run them without their wrappers.
 
-The rollout's inlined forward (:mod:`torchrl_mask.algorithms.vecenv_source`), the collectors' policy module
-(:mod:`torchrl_mask.torchrl.policy`) and ``train()``'s inlined ``evaluate_actions``
+The VecEnv rollout's forward (:class:`StockForward`, used by :mod:`torchrl_mask.algorithms.vecenv_source`), the
+collectors' policy module (:mod:`torchrl_mask.torchrl.policy`) and ``train()``'s inlined ``evaluate_actions``
 (:mod:`torchrl_mask.fastpath.evaluation`) run the same torch operations as sb3-contrib's policy, without
-``torch.distributions`` objects and, where nothing is
-hooked, without ``nn.Module.__call__``'s dispatch on the stock MLP's layers. This module says when that is
-allowed (:func:`stock_policy`, :func:`forward_hooked`, :func:`backward_hooked`), which layers to run
-(:func:`plain_layers`) and runs the network's half of the forward (:func:`values_and_logits`).
+``torch.distributions`` objects and, where nothing is hooked, without ``nn.Module.__call__``'s dispatch on the
+stock MLP's layers. This module says when that is allowed (:func:`stock_policy`, :func:`forward_hooked`,
+:func:`backward_hooked`), which layers to run (:func:`plain_layers`) and runs the network's half of the forward
+(:func:`values_and_logits`).
 
 Example:
     >>> from sb3_contrib.common.envs import InvalidActionEnvDiscrete
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from sb3_contrib.common.maskable.distributions import (
     MaskableBernoulliDistribution,
@@ -34,7 +35,10 @@ from sb3_contrib.common.maskable.policies import (
 from stable_baselines3.common.torch_layers import MlpExtractor
 from torch import nn
 
-__all__ = ["backward_hooked", "forward_hooked", "plain_layers", "stock_policy", "values_and_logits"]
+from torchrl_mask.distributions import MaskedCategoricals
+from torchrl_mask.rollout.masks import mask_spec
+
+__all__ = ["StockForward", "backward_hooked", "forward_hooked", "plain_layers", "stock_policy", "values_and_logits"]
 
 _STOCK_POLICIES = (MaskableActorCriticPolicy, MaskableActorCriticCnnPolicy, MaskableMultiInputActorCriticPolicy)
 _STOCK_DISTRIBUTIONS = (
@@ -155,3 +159,30 @@ def values_and_logits(
         latent_pi = policy.mlp_extractor.forward_actor(pi_features)
         latent_vf = policy.mlp_extractor.forward_critic(vf_features)
     return policy.value_net(latent_vf), policy.action_net(latent_pi)
+
+
+class StockForward:
+    """``MaskableActorCriticPolicy.forward(obs, action_masks=masks)`` for sb3-contrib's stock policies, sampling:
+    the VecEnv rollout's forward (:mod:`torchrl_mask.algorithms.vecenv_source`), the same operations and random
+    draws, through :func:`values_and_logits` and the one masked distribution.
+
+    :param policy: a stock policy (exact class) with a stock masked distribution.
+    """
+
+    def __init__(self, policy: MaskableActorCriticPolicy) -> None:
+        self.policy = policy
+        self._spec = mask_spec(policy.action_space)
+        self._dist = MaskedCategoricals(self._spec.groups)
+        self._action_shape = tuple(policy.action_space.shape or ())
+        self._plain = plain_layers(policy)
+
+    def __call__(self, obs: Any, masks: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:return: actions ``(B, *action_shape)``, values ``(B, 1)``, log-probabilities ``(B,)``."""
+        values, action_logits = values_and_logits(self.policy, obs, self._plain)
+        logits = action_logits.view(-1, self._dist.width)
+        # The buffers' mask reader: bool rows (n_envs, mask_dims), or an error naming a wrong shape or value
+        # before the policy's output is used (add() checks each row's choices once the step is taken).
+        mask = torch.as_tensor(self._spec.reshape(masks, len(logits)), device=logits.device)
+        log_pmf = self._dist.log_pmf(logits, mask)
+        actions = self._dist.sample(log_pmf)
+        return actions.reshape((-1, *self._action_shape)), values, self._dist.log_prob(log_pmf, actions)
