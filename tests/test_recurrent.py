@@ -324,3 +324,42 @@ def test_the_command_lines_evaluation_of_a_recurrent_model_takes_only_legal_acti
     model = make(MaskableRecurrentPPO, invalid_discrete).learn(N_STEPS * N_ENVS)
     evaluation = results.evaluate(model, lambda: Strict(invalid_discrete()), episodes=4, seed=0)
     assert "mean" in evaluation["masked"] and "mean" in evaluation["random"], evaluation  # Strict raises otherwise
+
+
+class _MaskInObservationOnly(gym.Env):
+    """A Dict observation whose ``"action_mask"`` entry is the only place the mask lives (no ``action_masks()``),
+    and a step that raises on a forbidden action."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Dict(
+            {"obs": spaces.Box(-1.0, 1.0, (3,), np.float32), "action_mask": spaces.MultiBinary(4)}
+        )
+        self.action_space = spaces.Discrete(4)
+        self._mask = np.ones(4, dtype=np.int8)
+        self._t = 0
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        self._mask = (self.np_random.random(4) < 0.5).astype(np.int8)
+        self._mask[self.np_random.integers(4)] = 1
+        return {"obs": self.np_random.uniform(-1, 1, 3).astype(np.float32), "action_mask": self._mask.copy()}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        return self._observe(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        assert self._mask[int(action)], f"forbidden action {action} under mask {self._mask}"
+        self._t += 1
+        return self._observe(), float(action == 0), self._t >= 10, False, {}
+
+
+def test_masks_in_a_dict_observation_entry_are_read_and_kept_with_the_rollout() -> None:
+    env = make_vec_env(_MaskInObservationOnly, n_envs=2, seed=0)
+    model = MaskableRecurrentPPO("MultiInputLstmPolicy", env, n_steps=16, batch_size=16, n_epochs=1, seed=0,
+                                 policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]})  # fmt: skip
+    model.learn(64)  # the env raises on a forbidden action
+    buffer = model.rollout_buffer
+    stored = buffer.tensordict["action_mask"]
+    observed = buffer.tensordict["observation", "action_mask"].to(torch.bool)
+    assert torch.equal(stored, observed)

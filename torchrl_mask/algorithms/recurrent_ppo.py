@@ -3,7 +3,8 @@
 Everything is sb3-contrib's ``RecurrentPPO``: its constructor, its policies (``MlpLstmPolicy``, ``CnnLstmPolicy``,
 ``MultiInputLstmPolicy``, with their masked distribution from :mod:`torchrl_mask.algorithms.recurrent_policies`), its
 rollout loop and its training loop. What masking adds: ``learn(use_masking=True)`` reads the masks from the env's
-``action_masks()`` (sb3-contrib's ``get_action_masks``, as ``MaskablePPO`` does), samples only legal actions,
+``action_masks()`` (sb3-contrib's ``get_action_masks``, as ``MaskablePPO`` does) or else from a Dict observation's
+``"action_mask"`` entry, samples only legal actions,
 keeps the masks in the rollout buffer (:mod:`torchrl_mask.rollout.recurrent_buffers`) and evaluates the minibatches'
 actions under them; ``predict(..., action_masks=)`` takes them too. With ``use_masking=False`` the parameters it
 learns are sb3-contrib's ``RecurrentPPO``'s, bit for bit, under one seed. It learns from a VecEnv only:
@@ -44,6 +45,7 @@ from torchrl_mask.algorithms.recurrent_policies import (
 )
 from torchrl_mask.rollout.masks import mask_spec
 from torchrl_mask.rollout.recurrent_buffers import MaskableRecurrentDictRolloutBuffer, MaskableRecurrentRolloutBuffer
+from torchrl_mask.rollout.storage import ACTION_MASK
 from torchrl_mask.torchrl.nested import flatten_nested_env
 
 SelfMaskableRecurrentPPO = TypeVar("SelfMaskableRecurrentPPO", bound="MaskableRecurrentPPO")
@@ -105,24 +107,32 @@ class MaskableRecurrentPPO(RecurrentPPO):
     ) -> bool:
         """``RecurrentPPO``'s rollout, its actions drawn under the env's masks and the masks kept in the buffer.
 
-        :param env: the training env; with masking, it must have ``action_masks()``.
+        :param env: the training env; with masking, it must have ``action_masks()`` or a Dict observation with an
+            ``"action_mask"`` entry.
         :param callback: called at each step and at the rollout's start and end.
         :param rollout_buffer: a :class:`~torchrl_mask.rollout.recurrent_buffers.MaskableRecurrentRolloutBuffer` (or
             Dict) to mask.
         :param n_rollout_steps: steps per env.
         :param use_masking: read and apply the masks; None: :attr:`use_masking`.
         :return: False if the callback stopped the rollout.
-        :raises ValueError: masking with an env without ``action_masks()``.
+        :raises ValueError: masking with an env whose masks are neither.
         """
         use_masking = self.use_masking if use_masking is None else use_masking
         if not use_masking:
             return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
-        if not is_masking_supported(env):
-            raise ValueError("Environment does not support action masking. Consider using ActionMasker wrapper")
+        from_method = is_masking_supported(env)
+        obs_space = env.observation_space
+        if not from_method and not (isinstance(obs_space, spaces.Dict) and ACTION_MASK in obs_space.spaces):
+            raise ValueError(
+                "Environment does not support action masking. Consider using ActionMasker wrapper (an "
+                f"action_masks() method), or give the env a Dict observation with an {ACTION_MASK!r} entry."
+            )
 
         def step_masks() -> np.ndarray:
             # Read as MaskablePPO reads them, when the policy is called on the step's observation; the step's add().
-            masks = get_action_masks(env)
+            # Else the Dict observation's entry, which stays in the observation as on MaskablePPO's paths.
+            entry = None if from_method else self._last_obs[ACTION_MASK]  # type: ignore[index]
+            masks = get_action_masks(env) if from_method else np.asarray(entry).astype(bool)
             if isinstance(rollout_buffer, MaskableRecurrentRolloutBuffer):
                 rollout_buffer.pending_masks = masks
             return masks
