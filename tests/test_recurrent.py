@@ -363,3 +363,17 @@ def test_masks_in_a_dict_observation_entry_are_read_and_kept_with_the_rollout() 
     stored = buffer.tensordict["action_mask"]
     observed = buffer.tensordict["observation", "action_mask"].to(torch.bool)
     assert torch.equal(stored, observed)
+
+
+def test_masks_in_the_infos_are_read_from_each_step_and_each_reset() -> None:
+    # Taxi reports its mask in info["action_mask"]; StrictMask raises on any action that mask forbids. Its
+    # 200-step time limit ends episodes inside the rollouts, so the masks after each reset are read too.
+    from collector_envs import TAXI, StrictMask
+
+    env = make_vec_env(lambda: StrictMask(gym.make(TAXI), "info"), n_envs=2, seed=0)
+    model = MaskableRecurrentPPO("MlpLstmPolicy", env, n_steps=128, batch_size=64, n_epochs=1, seed=0,
+                                 policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]})  # fmt: skip
+    model.learn(512)
+    stored = model.rollout_buffer.tensordict["action_mask"]
+    assert not bool(stored.all()), "Taxi's masks forbid moves into walls: some entries must be False"
+    assert bool(model.rollout_buffer.tensordict["is_init"][:, 1:].any()), "no episode ended inside a rollout"

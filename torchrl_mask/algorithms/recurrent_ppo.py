@@ -3,8 +3,8 @@
 Everything is sb3-contrib's ``RecurrentPPO``: its constructor, its policies (``MlpLstmPolicy``, ``CnnLstmPolicy``,
 ``MultiInputLstmPolicy``, with their masked distribution from :mod:`torchrl_mask.algorithms.recurrent_policies`), its
 rollout loop and its training loop. What masking adds: ``learn(use_masking=True)`` reads the masks from the env's
-``action_masks()`` (sb3-contrib's ``get_action_masks``, as ``MaskablePPO`` does) or else from a Dict observation's
-``"action_mask"`` entry, samples only legal actions,
+``action_masks()`` (sb3-contrib's ``get_action_masks``, as ``MaskablePPO`` does), or else from a Dict observation's
+``"action_mask"`` entry or the infos' (``info["action_mask"]``), samples only legal actions,
 keeps the masks in the rollout buffer (:mod:`torchrl_mask.rollout.recurrent_buffers`) and evaluates the minibatches'
 actions under them; ``predict(..., action_masks=)`` takes them too. With ``use_masking=False`` the parameters it
 learns are sb3-contrib's ``RecurrentPPO``'s, bit for bit, under one seed. It learns from a VecEnv only:
@@ -24,7 +24,8 @@ the LSTM states).
 
 from __future__ import annotations
 
-from typing import ClassVar, TypeVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from gymnasium import spaces
@@ -46,6 +47,7 @@ from torchrl_mask.algorithms.recurrent_policies import (
 from torchrl_mask.rollout.masks import mask_spec
 from torchrl_mask.rollout.recurrent_buffers import MaskableRecurrentDictRolloutBuffer, MaskableRecurrentRolloutBuffer
 from torchrl_mask.rollout.storage import ACTION_MASK
+from torchrl_mask.torchrl.envs import VecEnvMasks
 from torchrl_mask.torchrl.nested import flatten_nested_env
 
 SelfMaskableRecurrentPPO = TypeVar("SelfMaskableRecurrentPPO", bound="MaskableRecurrentPPO")
@@ -61,6 +63,7 @@ class MaskableRecurrentPPO(RecurrentPPO):
     ``shared_lstm``, ``enable_critic_lstm``.
     """
 
+    _last_infos: tuple[Any, Any] | None = None  # the last step's (infos, dones): the next masks, for info masks
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpLstmPolicy": MaskableRecurrentActorCriticPolicy,
         "CnnLstmPolicy": MaskableRecurrentActorCriticCnnPolicy,
@@ -107,8 +110,8 @@ class MaskableRecurrentPPO(RecurrentPPO):
     ) -> bool:
         """``RecurrentPPO``'s rollout, its actions drawn under the env's masks and the masks kept in the buffer.
 
-        :param env: the training env; with masking, it must have ``action_masks()`` or a Dict observation with an
-            ``"action_mask"`` entry.
+        :param env: the training env; with masking, its masks come from ``action_masks()``, a Dict observation's
+            ``"action_mask"`` entry or the infos' (see :func:`_mask_reader`).
         :param callback: called at each step and at the rollout's start and end.
         :param rollout_buffer: a :class:`~torchrl_mask.rollout.recurrent_buffers.MaskableRecurrentRolloutBuffer` (or
             Dict) to mask.
@@ -120,19 +123,12 @@ class MaskableRecurrentPPO(RecurrentPPO):
         use_masking = self.use_masking if use_masking is None else use_masking
         if not use_masking:
             return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
-        from_method = is_masking_supported(env)
-        obs_space = env.observation_space
-        if not from_method and not (isinstance(obs_space, spaces.Dict) and ACTION_MASK in obs_space.spaces):
-            raise ValueError(
-                "Environment does not support action masking. Consider using ActionMasker wrapper (an "
-                f"action_masks() method), or give the env a Dict observation with an {ACTION_MASK!r} entry."
-            )
+        reader = _mask_reader(env)
+        self._last_infos = None
 
         def step_masks() -> np.ndarray:
             # Read as MaskablePPO reads them, when the policy is called on the step's observation; the step's add().
-            # Else the Dict observation's entry, which stays in the observation as on MaskablePPO's paths.
-            entry = None if from_method else self._last_obs[ACTION_MASK]  # type: ignore[index]
-            masks = get_action_masks(env) if from_method else np.asarray(entry).astype(bool)
+            masks = np.asarray(reader(self._last_obs, self._last_infos)).astype(bool)
             if isinstance(rollout_buffer, MaskableRecurrentRolloutBuffer):
                 rollout_buffer.pending_masks = masks
             return masks
@@ -140,6 +136,15 @@ class MaskableRecurrentPPO(RecurrentPPO):
         # Overridden because RecurrentPPO's loop calls the policy and add() without masks: they come from step_masks.
         with self.policy.masks_from(step_masks):
             return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+
+    def _excluded_save_params(self) -> list[str]:
+        # The last step's infos belong to the env, which is not saved either.
+        return [*super()._excluded_save_params(), "_last_infos"]
+
+    def _update_info_buffer(self, infos: list[dict[str, Any]], dones: np.ndarray | None = None) -> None:
+        # Overridden to keep the step's infos: the next step's masks, where the env reports them there.
+        self._last_infos = (infos, dones)
+        super()._update_info_buffer(infos, dones)
 
     def train(self) -> None:
         """``RecurrentPPO``'s update, each minibatch's actions evaluated under that minibatch's masks."""
@@ -203,3 +208,33 @@ class MaskableRecurrentPPO(RecurrentPPO):
         :return: the actions and the next LSTM state.
         """
         return self.policy.predict(observation, state, episode_start, deterministic, action_masks=action_masks)
+
+
+def _mask_reader(env: VecEnv) -> Callable[[Any, tuple[Any, Any] | None], Any]:
+    """``read(obs, last_infos)``: the masks of the step's observation, where the env keeps them, in
+    :func:`~torchrl_mask.torchrl.envs.vec_env_masks`' order: an ``action_masks()`` method (sb3-contrib's
+    ``get_action_masks``), a Dict observation's ``"action_mask"`` entry, or the infos (the last step's, or the
+    reset's where it ended an episode; ``last_infos`` None: the reset's).
+
+    :param env: the training VecEnv, reset.
+    :raises ValueError: none of these holds the masks.
+    """
+    if is_masking_supported(env):
+        return lambda obs, last_infos: get_action_masks(env)
+    obs_space = env.observation_space
+    if isinstance(obs_space, spaces.Dict) and ACTION_MASK in obs_space.spaces:
+        return lambda obs, last_infos: obs[ACTION_MASK]  # it stays in the observation, as on MaskablePPO's paths
+    reset_infos = getattr(env, "reset_infos", None) or []
+    if reset_infos and all(ACTION_MASK in info for info in reset_infos):
+        infos_reader = VecEnvMasks(env, "info")
+        every = np.ones(env.num_envs, dtype=bool)
+
+        def from_infos(obs: Any, last_infos: tuple[Any, Any] | None) -> np.ndarray:
+            infos, dones = last_infos if last_infos is not None else (env.reset_infos, every)
+            return infos_reader.from_infos(infos, dones, env.reset_infos)
+
+        return from_infos
+    raise ValueError(
+        "Environment does not support action masking. Consider using ActionMasker wrapper (an action_masks() "
+        f"method), or give the env a Dict observation with an {ACTION_MASK!r} entry or infos with one."
+    )

@@ -266,7 +266,7 @@ class VecEnvMasks:
             return np.stack([method() for method in self._methods])
         if self.source == "method":
             return np.stack(self.env.env_method(EXPECTED_METHOD_NAME))
-        return self._from_infos(self.env.reset_infos, np.ones(self.env.num_envs, bool), self.env.reset_infos)
+        return self.from_infos(self.env.reset_infos, np.ones(self.env.num_envs, bool), self.env.reset_infos)
 
     def step(self, actions: np.ndarray) -> VecEnvStepReturn:
         """``env.step(actions)``, keeping the masks of the returned observation for :meth:`masks`."""
@@ -281,12 +281,19 @@ class VecEnvMasks:
         if self._pipelined:
             masks = np.stack([remote.recv() for remote in cast(SubprocVecEnv, env).remotes])
         elif self.source == "info":
-            masks = self._from_infos(infos, dones, env.reset_infos)
+            masks = self.from_infos(infos, dones, env.reset_infos)
         self._last = (new_obs, masks)
         return new_obs, rewards, dones, infos
 
-    def _from_infos(self, infos: Any, dones: np.ndarray, reset_infos: list[dict[str, Any]]) -> np.ndarray:
-        """Each env's mask from its step info, or from its reset info where ``dones`` (auto-reset)."""
+    def from_infos(self, infos: Any, dones: np.ndarray, reset_infos: list[dict[str, Any]]) -> np.ndarray:
+        """Each env's mask from its step info, or from its reset info where ``dones`` (auto-reset).
+
+        :param infos: the step's infos, one per env.
+        :param dones: ``(n_envs,)``, True where the step ended an episode (the env was reset).
+        :param reset_infos: the VecEnv's ``reset_infos``.
+        :return: ``(n_envs, ...)``, the masks as the infos hold them.
+        :raises ValueError: an info without the mask's key.
+        """
         rows = []
         for i, info in enumerate(infos):
             where = reset_infos[i] if dones[i] else info
