@@ -11,7 +11,11 @@ import pytest
 import torch
 from gymnasium import spaces
 from sb3_contrib import RecurrentPPO
-from sb3_contrib.common.envs import InvalidActionEnvDiscrete, InvalidActionEnvMultiDiscrete
+from sb3_contrib.common.envs import (
+    InvalidActionEnvDiscrete,
+    InvalidActionEnvMultiBinary,
+    InvalidActionEnvMultiDiscrete,
+)
 from sb3_contrib.common.maskable.distributions import make_masked_proba_distribution
 from sb3_contrib.common.maskable.evaluation import evaluate_policy
 from stable_baselines3.common.env_util import make_vec_env
@@ -109,13 +113,20 @@ def assert_same(ref: Any, ours: Any, name: str) -> None:
 
 def legal(actions: np.ndarray, masks: np.ndarray, action_space: spaces.Space) -> np.ndarray:
     """Whether each action (``(batch, n_dims)`` or ``(batch,)``) is allowed by its ``(batch, mask_dims)`` mask."""
-    nvec = [action_space.n] if isinstance(action_space, spaces.Discrete) else list(action_space.nvec)
+    if isinstance(action_space, spaces.MultiBinary):
+        nvec = [2] * int(action_space.n)
+    else:
+        nvec = [action_space.n] if isinstance(action_space, spaces.Discrete) else list(action_space.nvec)
     offsets = np.cumsum([0, *nvec[:-1]])
     index = actions.reshape(len(masks), len(nvec)).astype(int) + offsets
     return np.take_along_axis(masks > 0.5, index, axis=1).all(axis=1)
 
 
-MASKED = {"discrete": invalid_discrete, "multidiscrete": invalid_multidiscrete}
+def invalid_multibinary() -> gym.Env:
+    return gym.wrappers.FlattenObservation(InvalidActionEnvMultiBinary(dims=4, ep_length=7, n_invalid_actions=2))
+
+
+MASKED = {"discrete": invalid_discrete, "multidiscrete": invalid_multidiscrete, "multibinary": invalid_multibinary}
 
 
 @pytest.mark.parametrize("case", MASKED)
@@ -205,7 +216,7 @@ def test_masking_needs_an_env_with_action_masks() -> None:
 def test_masks_need_a_discrete_or_multidiscrete_action_space() -> None:
     env = gym.make("Pendulum-v1")
     model = MaskableRecurrentPPO("MlpLstmPolicy", env, n_steps=8, policy_kwargs={"lstm_hidden_size": 4})
-    with pytest.raises(ValueError, match="Discrete or MultiDiscrete"):
+    with pytest.raises(ValueError, match="Discrete, MultiDiscrete or MultiBinary"):
         model.predict(np.zeros(3, np.float32), action_masks=np.ones(1))
 
 

@@ -36,7 +36,7 @@ from sb3_contrib.common.recurrent.policies import (
     RecurrentMultiInputActorCriticPolicy,
 )
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
-from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.distributions import Distribution, MultiCategoricalDistribution
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
@@ -51,10 +51,10 @@ class MaskedDistribution(Distribution):
     :class:`~torchrl_mask.distributions.MaskedCategoricals` (what the LSTM policies' ``forward``,
     ``evaluate_actions`` and ``predict`` call: ``get_actions``, ``log_prob``, ``entropy``).
 
-    :param action_space: a Discrete or MultiDiscrete action space.
+    :param action_space: a Discrete, MultiDiscrete or 1-D MultiBinary action space.
     """
 
-    def __init__(self, action_space: spaces.Discrete | spaces.MultiDiscrete) -> None:
+    def __init__(self, action_space: spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary) -> None:
         super().__init__()
         self.categoricals = MaskedCategoricals(mask_spec(action_space).groups)
         self._discrete = isinstance(action_space, spaces.Discrete)
@@ -120,7 +120,8 @@ class MaskableRecurrentActorCriticPolicy(RecurrentActorCriticPolicy):
     """sb3-contrib's ``RecurrentActorCriticPolicy`` (``MlpLstmPolicy``) that masks its action distribution.
 
     Takes sb3-contrib's arguments unchanged (``lstm_hidden_size``, ``n_lstm_layers``, ``shared_lstm``,
-    ``enable_critic_lstm``, ...). Masks apply to ``Discrete`` and ``MultiDiscrete`` action spaces.
+    ``enable_critic_lstm``, ...). Masks apply to ``Discrete``, ``MultiDiscrete`` and 1-D ``MultiBinary`` action spaces
+    (a ``MultiBinary`` head has two logits per bit, as in ``MaskablePPO``).
 
     :param args: positional arguments of ``RecurrentActorCriticPolicy``.
     :param kwargs: keyword arguments of ``RecurrentActorCriticPolicy``.
@@ -128,7 +129,7 @@ class MaskableRecurrentActorCriticPolicy(RecurrentActorCriticPolicy):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        maskable = isinstance(self.action_space, spaces.Discrete | spaces.MultiDiscrete)
+        maskable = isinstance(self.action_space, spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary)
         self.masked_action_dist = MaskedDistribution(self.action_space) if maskable else None  # type: ignore[arg-type]
         self._mask_source: Callable[[], MaybeMasks] | None = None
         self._action_masks: MaybeMasks = None
@@ -168,12 +169,21 @@ class MaskableRecurrentActorCriticPolicy(RecurrentActorCriticPolicy):
         if action_masks is None and from_source and self._mask_source is not None:
             action_masks = self._mask_source()
         if action_masks is not None and self.masked_action_dist is None:
-            raise ValueError(f"action masks need a Discrete or MultiDiscrete action space, not {self.action_space}")
+            raise ValueError(
+                f"action masks need a Discrete, MultiDiscrete or MultiBinary action space, not {self.action_space}"
+            )
         previous, self._action_masks = self._action_masks, action_masks
         try:
             yield
         finally:
             self._action_masks = previous
+
+    def _build(self, lr_schedule: Callable[[float], float]) -> None:
+        # Overridden for MultiBinary only: two logits per bit, as sb3-contrib's masked Bernoulli (MaskablePPO's)
+        # lays them out, so that each bit can be masked; SB3's MultiCategorical over [2] * n has that head.
+        if isinstance(self.action_space, spaces.MultiBinary):
+            self.action_dist = MultiCategoricalDistribution([2] * int(np.prod(self.action_space.shape)))
+        super()._build(lr_schedule)
 
     def _get_action_dist_from_latent(self, latent_pi: th.Tensor) -> Distribution:
         # The hook every method below reaches after the LSTM: the masked distribution when masks are set.

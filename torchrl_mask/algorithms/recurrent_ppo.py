@@ -56,8 +56,9 @@ SelfMaskableRecurrentPPO = TypeVar("SelfMaskableRecurrentPPO", bound="MaskableRe
 class MaskableRecurrentPPO(RecurrentPPO):
     """sb3-contrib's ``RecurrentPPO`` with action masks; takes ``RecurrentPPO``'s arguments unchanged.
 
-    Masks apply to ``Discrete`` and ``MultiDiscrete`` action spaces; ``Box`` and ``MultiBinary`` train as
-    ``RecurrentPPO`` does with ``use_masking=False``.
+    Masks apply to ``Discrete``, ``MultiDiscrete`` and 1-D ``MultiBinary`` action spaces (``MultiBinary`` with two
+    logits per bit, as ``MaskablePPO`` has it, where ``RecurrentPPO`` has one); ``Box`` trains as ``RecurrentPPO``
+    does with ``use_masking=False``.
 
     The LSTM's settings go in ``policy_kwargs`` as for ``RecurrentPPO``: ``lstm_hidden_size``, ``n_lstm_layers``,
     ``shared_lstm``, ``enable_critic_lstm``.
