@@ -62,8 +62,8 @@ __all__ = [
 GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
     "default": {"n_timesteps": 150_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
                 "learning_rate": 1e-3, "ent_coef": 0.01, "gamma": 0.99, "policy_kwargs": {"net_arch": [64, 64]}},
-    "connect_four_v3": {"n_timesteps": 100_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
-                        "learning_rate": 1e-3, "ent_coef": 0.01, "gamma": 0.99,
+    "connect_four_v3": {"n_timesteps": 400_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
+                        "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.99,
                         "policy_kwargs": {"net_arch": [128, 128]}},
 }  # fmt: skip
 GAME_PREFIX = "pettingzoo:"
