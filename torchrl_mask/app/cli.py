@@ -62,7 +62,7 @@ COLLECTOR_TEXT = {
     "sync": "TorchRL Collector over a SerialEnv",
     "multisync": "TorchRL MultiSyncCollector, one worker process each",
 }
-GAME_EVAL_GAMES = 200  # games per opponent in a pettingzoo:<game> run's final evaluation
+GAME_EVAL_GAMES = 1000  # games per opponent in a pettingzoo:<game> run's final evaluation
 EXIT_USAGE = 2
 
 
