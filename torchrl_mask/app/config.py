@@ -58,10 +58,9 @@ __all__ = [
 
 
 # torchrl-mask train --env pettingzoo:<game>: self-play defaults. n_timesteps counts the moves trained on, n_envs
-# the games played side by side, n_steps the moves of each per rollout. Measured with these defaults on 2 shared
-# CPU cores, 1000 games each (issue #23): tictactoe_v3 (the "default" entry) 0.934/0.063/0.003 win/draw/loss vs
-# random in 105-111 s (ent_coef 0.01 lost 11.5%, the policy never met the positions a random player makes);
-# connect_four_v3 0.917/0.000/0.083 vs random in 278-297 s (learning_rate 1e-3 plateaued at 0.85).
+# the games played side by side, n_steps the moves of each per rollout. Chosen by the runs in docs/benchmarks.md
+# ("Self-play defaults"): a larger ent_coef lets tic-tac-toe meet the positions a random player makes, a smaller
+# learning_rate keeps Connect Four improving past its early plateau.
 GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
     "default": {"n_timesteps": 150_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
                 "learning_rate": 1e-3, "ent_coef": 0.1, "gamma": 0.99, "policy_kwargs": {"net_arch": [64, 64]}},

@@ -8,7 +8,7 @@ per game env per rollout. It writes to the output folder:
 
 - ``model.zip``: the trained model (the observation is the mover's own view of the board);
 - ``win_rates.csv`` and ``learning_curve.png``: win, draw and loss rates against a uniformly random legal player
-  and a one-ply heuristic (:mod:`torchrl_mask.torchrl.pettingzoo_players`), measured ``eval_points`` times
+  and a one-ply heuristic (:mod:`torchrl_mask.torchrl.pettingzoo_players`), evaluated ``eval_points`` times
   during training;
 - ``evaluation.json``: ``{"vs_random": {"win", "draw", "loss"}, "vs_heuristic": {...}, "illegal_moves": N}``
   over ``eval_episodes`` games each, the trained policy taking the first seat in half of them, and the
@@ -107,7 +107,7 @@ class SelfPlayResult:
     :param model: the trained model.
     :param out: the output folder.
     :param evaluation: ``{"vs_random": {...}, "vs_heuristic": {...}, "illegal_moves": N}``.
-    :param curve: the win rates measured during training, one dict per measurement.
+    :param curve: the win rates of the evaluations during training, one dict per evaluation.
     :param files: the names of the files written in ``out``.
     """
 
