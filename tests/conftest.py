@@ -1,3 +1,4 @@
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,3 +27,15 @@ def sb3_log_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     mp.setenv("SB3_LOGDIR", str(folder))
     yield
     mp.undo()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Let the processes the tests start receive Ctrl-C as a terminal's foreground job does.
+
+    A suite started in the background (``make test &``, a non-interactive shell's ``&``) inherits SIGINT ignored,
+    every process it starts inherits that too, and Python then installs no ``KeyboardInterrupt`` handler: the
+    CLI's Ctrl-C tests would wait for a run that never hears the signal. A handler set here (unlike an ignored
+    signal) is reset to the default at ``exec``, so each child Python installs its own.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
