@@ -134,11 +134,17 @@ class BoardSpaces(gym.Env):
 
 
 def worker_children() -> list[psutil.Process]:
-    """Child processes, less multiprocessing's resource tracker and forkserver (SubprocVecEnv starts one): they
-    live as long as this process."""
-    children = psutil.Process().children(recursive=True)
+    """Running child processes, less multiprocessing's resource tracker and forkserver (SubprocVecEnv starts one):
+    they live as long as this process."""
     lifelong = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
-    return [c for c in children if c.is_running() and not any(name in " ".join(c.cmdline()) for name in lifelong)]
+    alive = []
+    for child in psutil.Process().children(recursive=True):
+        try:  # a child that exits meanwhile, or a zombie (exited, not yet reaped: Ray leaves some), runs no code
+            if child.status() != psutil.STATUS_ZOMBIE and not any(n in " ".join(child.cmdline()) for n in lifelong):
+                alive.append(child)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return alive
 
 
 class DictWithMask(gym.ObservationWrapper):
