@@ -518,6 +518,12 @@ def test_a_memmap_dir_that_is_a_file_or_under_one_is_refused_naming_the_fix(tmp_
     assert file.read_text() == "mine\n" and sorted(tmp_path.iterdir()) == [file]
 
 
+def test_a_memmap_dir_with_storage_in_memory_is_refused_rather_than_ignored(tmp_path):
+    with pytest.raises(ValueError, match=r"only used by storage='memmap'.*Pass storage='memmap'.*or drop memmap_dir"):
+        MaskableDictRolloutBuffer(4, OBS_SPACES["dict"], ACTION_SPACES["discrete"], "cpu", memmap_dir=tmp_path / "r")
+    assert list(tmp_path.iterdir()) == []
+
+
 # ------------------------------------------------------ episode_starts and action_masks write through
 
 

@@ -73,7 +73,8 @@ def test_minibatches_are_identical_whichever_gather_path_is_taken(monkeypatch, t
 
     monkeypatch.setattr(minibatches, "PER_EPOCH_SLICE_BYTES", leaf_bytes)
     ref, ours = make_pair(
-        OBS_SPACES["dict"], ACTION_SPACES["multibinary"], buffer_size=7, n_envs=3, storage=storage, memmap_dir=tmp_path
+        OBS_SPACES["dict"], ACTION_SPACES["multibinary"], buffer_size=7, n_envs=3, storage=storage,
+        memmap_dir=tmp_path if storage == "memmap" else None,
     )
     fill_pair(ref, ours, seed=1)
     # On the host get() gathers with numpy; "torch" takes the accelerator's path (index_select) on the CPU.
@@ -177,7 +178,7 @@ def test_new_storage_is_zero_with_all_allowed_masks_as_sb3_contribs_reset_leaves
     garbage = torch.full((1 << 20,), 7, dtype=torch.uint8)  # freed memory a new allocation may reuse
     del garbage
     buf = MaskableDictRolloutBuffer(5, OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], "cpu", n_envs=3,
-                                    storage=storage, memmap_dir=tmp_path)  # fmt: skip
+                                    storage=storage, memmap_dir=tmp_path if storage == "memmap" else None)  # fmt: skip
     ref, _ = make_pair(OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], buffer_size=5, n_envs=3)
     masks = buf.tensordict.get("action_mask")
     assert masks.all()

@@ -233,8 +233,8 @@ def allocate_rollout(
     :param memmap_dir: folder in which the rollout's own memmap folder is created; the system's temporary
         folder when None. Created if missing.
     :return: the storage, zero-filled, masks all True.
-    :raises ValueError: memmap storage on a non-CPU device, an unknown storage kind, or a ``memmap_dir`` that is
-        a file or lies under one.
+    :raises ValueError: memmap storage on a non-CPU device, an unknown storage kind, a ``memmap_dir`` that is
+        a file or lies under one, or a ``memmap_dir`` given to in-memory storage (where it would be unused).
     """
     batch = (n_envs, buffer_size)
     on_disk = storage == "memmap"
@@ -243,6 +243,11 @@ def allocate_rollout(
     if on_disk and device.type != "cpu":
         raise ValueError(
             f"storage='memmap' keeps the rollout in files on the host; it needs device='cpu', not {device}."
+        )
+    if not on_disk and memmap_dir is not None:
+        raise ValueError(
+            f"memmap_dir={str(memmap_dir)!r} is only used by storage='memmap'; this rollout is in memory. Pass "
+            "storage='memmap' to keep it in files there, or drop memmap_dir."
         )
     if on_disk and memmap_dir is not None:
         _check_memmap_dir(Path(memmap_dir))
