@@ -18,15 +18,17 @@ setup: $(BIN)/torchrl-mask
 train: setup
 	$(BIN)/torchrl-mask train
 
+# The suite runs on up to 4 of the machine's cores (pytest-xdist); each test keeps to one torch thread. Worksteal
+# keeps both workers busy to the end, since the longest tests (the docs build, the self-play runs) take minutes.
 test: setup
 	$(BIN)/ruff check torchrl_mask tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist worksteal
 
 # The tests without the slow ones (learning runs, tests that start processes, the docs build that executes the
 # tutorials).
 test-fast: setup
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" -n auto --maxprocesses 4
 
 bench: setup
 	$(BIN)/torchrl-mask bench
