@@ -235,6 +235,21 @@ def test_snapshot_pool_trains_the_learner_seat_only_and_refreshes_snapshots() ->
         assert snapshot.shape == weights.shape
 
 
+@pytest.mark.parametrize(
+    ("opponents", "error", "match"),
+    [
+        (0, KeyError, r"reads 'learner_seat' and 'opponent'.*TurnBasedEnv\(game, opponents=2\), or use pool_size=0"),
+        (5, ValueError, r"drew opponent [2-4], but SelfPlayPolicy keeps 2 snapshots.*the same n"),
+    ],
+)
+def test_a_pool_and_an_env_that_disagree_on_the_opponents_are_refused(opponents, error, match) -> None:
+    players = SelfPlayPolicy(_model().policy, pool_size=2)
+    env = TurnBasedEnv("tictactoe_v3", opponents=opponents)
+    with pytest.raises(error, match=match):  # else the moves of opponents 2-4 would silently be the learner's
+        for _ in range(50):
+            players(env.reset())
+
+
 def test_multisync_collector_workers_play_self_play_games() -> None:
     model = _model()
     makers = [lambda: TurnBasedEnv("tictactoe_v3", opponents=2)] * 2

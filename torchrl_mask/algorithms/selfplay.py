@@ -133,6 +133,7 @@ class SelfPlayPolicy(TensorDictModuleBase):
         inputs = [tensordict.get(key) for key in self.learner.in_keys]
         outputs = list(self.learner.module(*inputs))
         if len(self.pool):
+            self._check_opponents(tensordict)
             theirs = ~self.learner_moves(tensordict)
             opponent = tensordict.get(OPPONENT)
             for index, snapshot in enumerate(self.pool):
@@ -144,6 +145,24 @@ class SelfPlayPolicy(TensorDictModuleBase):
         for key, tensor in zip(self.out_keys, outputs, strict=True):
             tensordict.set(key, tensor)
         return tensordict
+
+    def _check_opponents(self, tensordict: TensorDictBase) -> None:
+        """Refuse steps that do not say which seat learns and which snapshot plays, or name a snapshot the pool
+        lacks (those moves would silently be the learner's)."""
+        if LEARNER_SEAT not in tensordict or OPPONENT not in tensordict:
+            raise KeyError(
+                f"SelfPlayPolicy(pool_size={len(self.pool)}) reads {LEARNER_SEAT!r} and {OPPONENT!r} from each step, "
+                f"and this env writes neither: make it TurnBasedEnv(game, opponents={len(self.pool)}), or use "
+                "pool_size=0 for pure self-play."
+            )
+        opponent = tensordict.get(OPPONENT)
+        highest = int(opponent.max()) if opponent.numel() else -1
+        if highest >= len(self.pool):
+            raise ValueError(
+                f"The env drew opponent {highest}, but SelfPlayPolicy keeps {len(self.pool)} snapshots (0 to "
+                f"{len(self.pool) - 1}): give TurnBasedEnv(game, opponents=n) and SelfPlayPolicy(pool_size=n) the "
+                "same n."
+            )
 
     def rollout_done(self) -> None:
         """Count one rollout; on every ``snapshot_every``-th, the learner's weights replace the oldest snapshot."""
