@@ -73,7 +73,11 @@ def test_minibatches_are_identical_whichever_gather_path_is_taken(monkeypatch, t
 
     monkeypatch.setattr(minibatches, "PER_EPOCH_SLICE_BYTES", leaf_bytes)
     ref, ours = make_pair(
-        OBS_SPACES["dict"], ACTION_SPACES["multibinary"], buffer_size=7, n_envs=3, storage=storage,
+        OBS_SPACES["dict"],
+        ACTION_SPACES["multibinary"],
+        buffer_size=7,
+        n_envs=3,
+        storage=storage,
         memmap_dir=tmp_path if storage == "memmap" else None,
     )
     fill_pair(ref, ours, seed=1)
