@@ -11,8 +11,8 @@ round; a ratio is the median over rounds of that round's ratio, which cancels mo
 Every round checks that sb3-contrib and torchrl_mask learned the same parameters (``torch.equal``), so the
 timings never compare different work. Columns: the three medians in seconds, the cost of masking (ours / PPO,
 lower is better, 1.0 means masks cost nothing), its floor (PPO's time plus :func:`forced_extra_seconds`, the work
-sb3-contrib's bits force beyond unmasked PPO, timed alone, over PPO's time) and the speed-up over sb3-contrib
-(sb3-contrib / ours).
+masking with sb3-contrib's bits forces beyond unmasked PPO, timed alone, over PPO's time), the speed-up over
+sb3-contrib (sb3-contrib / ours) and how far ours is above the floor (ours / floor, 1.0 is at it).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.distributions import make_proba_distribution
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import DummyVecEnv
+from torch import nn
 
 from torchrl_mask import MaskablePPO
 from torchrl_mask.distributions import MaskedCategoricals
@@ -112,23 +113,25 @@ def time_learn(name: str, space: str, dict_obs: bool, batch_size: int, args: arg
     return seconds, {k: v.detach().clone() for k, v in model.policy.state_dict().items()}
 
 
-def _distribution_seconds(space: spaces.Space, rows: int, masked: bool, grad: bool, repeat: int) -> float:
-    """Seconds of one distribution step on ``rows`` rows, median of ``repeat``: SB3's unmasked distribution
-    (``masked`` False) or ours under a mask read from numpy; sampling without gradients, or (``grad``) log-prob,
-    entropy and their backward as ``train()`` asks for them."""
+def _distribution_extra_seconds(space: spaces.Space, rows: int, grad: bool, repeat: int) -> float:
+    """What one distribution step of ours on ``rows`` rows (under a mask read from numpy) costs beyond SB3's
+    unmasked distribution's: the median of ``repeat`` runs of ours minus the median of ``repeat`` runs of SB3's.
+    Each is timed in a loop of its own, as each runs in its own ``learn`` (alternating them would have each work
+    in the caches the other left, which slows the small unmasked one most). Sampling without gradients, or
+    (``grad``) log-prob, entropy and their backward as ``train()`` asks for them."""
     width = mask_spec(space).size
     mask = np.ones((rows, width), dtype=bool)
     mask[:, 2::3] = False
     ours = MaskedCategoricals(mask_spec(space).groups)
     ppo = make_proba_distribution(space)
     # SB3's MultiBinary is a Bernoulli per sub-action: one logit each, where the masked distribution has two.
-    bernoulli = isinstance(space, spaces.MultiBinary) and not masked
-    logits = torch.randn(rows, int(np.prod(space.shape or ())) if bernoulli else width)
+    n_logits = int(np.prod(space.shape or ())) if isinstance(space, spaces.MultiBinary) else width
+    logits = {True: torch.randn(rows, width), False: torch.randn(rows, n_logits)}
     actions = torch.zeros(rows, len(mask_spec(space).groups), dtype=torch.long)
     ppo_actions = actions[:, 0] if isinstance(space, spaces.Discrete) else actions.float()
-    times = []
-    for _ in range(repeat):
-        x = logits.clone().requires_grad_(grad)
+
+    def step(masked: bool) -> float:
+        x = logits[masked].clone().requires_grad_(grad)
         start = time.perf_counter()
         with torch.set_grad_enabled(grad):
             if masked:
@@ -143,14 +146,58 @@ def _distribution_seconds(space: spaces.Space, rows: int, masked: bool, grad: bo
                 out = out + entropy if grad and entropy is not None else out
             if grad:
                 out.sum().backward()
+        return time.perf_counter() - start
+
+    medians = []
+    for masked in (True, False):
+        step(masked)  # warm-up
+        medians.append(statistics.median(step(masked) for _ in range(repeat)))
+    return medians[0] - medians[1]
+
+
+def _mask_read_seconds(space: spaces.Space, n_envs: int, repeat: int) -> float:
+    """Seconds of reading one step's masks from ``n_envs`` envs, the least any masked learner does: each env's
+    ``action_masks()`` and one ``np.stack`` into ``(n_envs, mask_width)``; median of ``repeat``."""
+    envs = [MaskedSpaceEnv(space, False, seed) for seed in range(n_envs)]
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        np.stack([env.action_masks() for env in envs])
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
+def _head_extra_seconds(space: spaces.Space, rows: int, grad: bool, repeat: int) -> float:
+    """What sb3-contrib's wider action head costs beyond PPO's on ``rows`` rows: for ``MultiBinary(n)`` its
+    masked distribution is a two-way categorical per bit, so the policy's last layer is ``Linear(64, 2n)`` where
+    PPO's Bernoulli needs ``Linear(64, n)`` (64: SB3's default latent width); 0.0 for the other spaces, whose
+    heads are the same. Forward only, or (``grad``) forward and backward; median of ``repeat`` each."""
+    if not isinstance(space, spaces.MultiBinary):
+        return 0.0
+    n = int(np.prod(space.shape or ()))
+    medians = []
+    for width in (2 * n, n):
+        head, latent = nn.Linear(64, width), torch.randn(rows, 64, requires_grad=grad)
+        times = []
+        for _ in range(repeat + 1):  # the first is a warm-up
+            start = time.perf_counter()
+            with torch.set_grad_enabled(grad):
+                out = head(latent)
+                if grad:
+                    out.sum().backward()
+            times.append(time.perf_counter() - start)
+        medians.append(statistics.median(times[1:]))
+    return medians[0] - medians[1]
+
+
 def forced_extra_seconds(space: str, batch_size: int, args: argparse.Namespace) -> float:
-    """What bit-identity with sb3-contrib forces beyond unmasked PPO in one ``learn``: our masked distribution's
-    time minus SB3's unmasked one's, timed alone on the cell's shapes (the rollout's ``(n_envs, width)`` steps and
-    ``train()``'s ``(batch_size, width)`` minibatches, forward and backward), times how often ``learn`` runs each.
+    """What masking with sb3-contrib's bits forces beyond unmasked PPO in one ``learn``, each part timed alone on
+    the cell's shapes and multiplied by how often ``learn`` runs it:
+
+    - per rollout step, reading the envs' masks (:func:`_mask_read_seconds`), our masked distribution's extra
+      time over SB3's unmasked one on ``(n_envs, width)`` (sampling) and the wider action head's forward
+      (:func:`_head_extra_seconds`, MultiBinary only);
+    - per minibatch, the distribution's and the head's extra time on ``batch_size`` rows, forward and backward.
 
     :param space: a key of :data:`ACTION_SPACES`.
     :param batch_size: the minibatch size.
@@ -160,9 +207,12 @@ def forced_extra_seconds(space: str, batch_size: int, args: argparse.Namespace) 
     updates = -(-args.timesteps // (args.n_steps * args.n_envs))
     steps = updates * args.n_steps
     minibatches = updates * args.n_epochs * -(-args.n_steps * args.n_envs // batch_size)
-    step = [_distribution_seconds(action_space, args.n_envs, m, False, 51) for m in (True, False)]
-    minibatch = [_distribution_seconds(action_space, batch_size, m, True, 21) for m in (True, False)]
-    return steps * (step[0] - step[1]) + minibatches * (minibatch[0] - minibatch[1])
+    step = _distribution_extra_seconds(action_space, args.n_envs, False, 101)
+    step += _mask_read_seconds(action_space, args.n_envs, 101)
+    step += _head_extra_seconds(action_space, args.n_envs, False, 101)
+    minibatch = _distribution_extra_seconds(action_space, batch_size, True, 41)
+    minibatch += _head_extra_seconds(action_space, batch_size, True, 41)
+    return steps * step + minibatches * minibatch
 
 
 def time_cell(space: str, dict_obs: bool, batch_size: int, args: argparse.Namespace) -> dict[str, float] | None:
@@ -219,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         f"torch threads={args.threads}, rounds={args.rounds} (+1 warm-up)\n"
     )
     print("| action space | obs | batch | PPO, no masks (s) | sb3-contrib (s) | ours (s) | ours / PPO | floor / PPO | "
-          "sb3-contrib / ours |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
-    ok, costs = True, []
+          "sb3-contrib / ours | ours / floor |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+    ok, costs, above = True, [], []
     for space, obs, batch_size in itertools.product(args.spaces, args.observations, args.batch_sizes):
         cell = time_cell(space, obs == "dict", batch_size, args)
         if cell is None:
@@ -228,12 +278,16 @@ def main(argv: list[str] | None = None) -> int:
             ok = False
             continue
         costs.append((cell["cost"], space, obs, batch_size))
+        above.append((cell["cost"] / cell["floor"], space, obs, batch_size))
         print(
             f"| {space} | {obs} | {batch_size} | {cell['PPO']:.3f} | {cell['sb3-contrib']:.3f} | {cell['ours']:.3f} "
-            f"| {cell['cost']:.2f}x | {cell['floor']:.2f}x | {cell['speedup']:.2f}x |",
+            f"| {cell['cost']:.2f}x | {cell['floor']:.2f}x | {cell['speedup']:.2f}x "
+            f"| {cell['cost'] / cell['floor']:.2f} |",
             flush=True,
         )
     if costs:
         worst = max(costs)
         print(f"\nworst cost of masking: {worst[0]:.2f}x ({worst[1]}, {worst[2]}, batch {worst[3]})")
+        highest = max(above)
+        print(f"furthest above its floor: {highest[0]:.2f} ({highest[1]}, {highest[2]}, batch {highest[3]})")
     return 0 if ok else 1
