@@ -138,12 +138,7 @@ class MaskableRolloutBuffer(sb3c_buffers.MaskableRolloutBuffer):
 
     @staticmethod
     def _check_observation_space(observation_space: spaces.Space) -> None:
-        if isinstance(observation_space, spaces.Dict):
-            raise TypeError(
-                f"MaskableRolloutBuffer got a Dict observation space {observation_space!r}; "
-                "use MaskableDictRolloutBuffer for Dict observations."
-            )
-        st.leaf_shape(observation_space)
+        st.check_observation_kind(observation_space, "MaskableRolloutBuffer", "MaskableDictRolloutBuffer", False)
 
     # ------------------------------------------------------------------------------------------ state
 
@@ -387,12 +382,7 @@ class MaskableDictRolloutBuffer(MaskableRolloutBuffer, sb3c_buffers.MaskableDict
 
     @staticmethod
     def _check_observation_space(observation_space: spaces.Space) -> None:
-        if not isinstance(observation_space, spaces.Dict):
-            raise TypeError(
-                f"MaskableDictRolloutBuffer needs a Dict observation space, got {observation_space!r}; "
-                "use MaskableRolloutBuffer for it."
-            )
-        st.observation_leaves(observation_space)
+        st.check_observation_kind(observation_space, "MaskableRolloutBuffer", "MaskableDictRolloutBuffer", True)
 
     @property
     def observations(self) -> dict[str, Any]:  # type: ignore[override]

@@ -88,6 +88,9 @@ STATE_KEYS: tuple[NestedKey, ...] = tuple(
 )
 
 
+_BUFFER, _DICT_BUFFER = "MaskableRecurrentRolloutBuffer", "MaskableRecurrentDictRolloutBuffer"  # for the errors
+
+
 class MaskableRecurrentRolloutBufferSamples(NamedTuple):
     """A minibatch of whole sequences: sb3-contrib's ``RecurrentRolloutBufferSamples`` and ``action_masks``.
 
@@ -189,12 +192,7 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
 
     @staticmethod
     def _check_observation_space(observation_space: spaces.Space) -> None:
-        if isinstance(observation_space, spaces.Dict):
-            raise TypeError(
-                f"MaskableRecurrentRolloutBuffer got a Dict observation space {observation_space!r}; "
-                "use MaskableRecurrentDictRolloutBuffer for Dict observations."
-            )
-        st.leaf_shape(observation_space)
+        st.check_observation_kind(observation_space, _BUFFER, _DICT_BUFFER, False)
 
     def _allocate(self) -> TensorDict:
         """The other buffers' storage (:func:`~torchrl_mask.rollout.storage.allocate_rollout`) and the LSTM states."""
@@ -374,12 +372,7 @@ class MaskableRecurrentDictRolloutBuffer(MaskableRecurrentRolloutBuffer):
 
     @staticmethod
     def _check_observation_space(observation_space: spaces.Space) -> None:
-        if not isinstance(observation_space, spaces.Dict):
-            raise TypeError(
-                f"MaskableRecurrentDictRolloutBuffer needs a Dict observation space, got {observation_space!r}; "
-                "use MaskableRecurrentRolloutBuffer for it."
-            )
-        st.observation_leaves(observation_space)
+        st.check_observation_kind(observation_space, _BUFFER, _DICT_BUFFER, True)
 
     @property
     def observations(self) -> dict[str, Any]:  # type: ignore[override]

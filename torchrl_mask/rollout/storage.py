@@ -62,6 +62,7 @@ __all__ = [
     "action_shape",
     "allocate_rollout",
     "batch_observation_key",
+    "check_observation_kind",
     "observation_key",
     "observation_leaves",
     "torch_dtype",
@@ -128,6 +129,30 @@ def observation_leaves(space: spaces.Space) -> dict[tuple[str, ...], spaces.Spac
     if not leaves:
         raise TypeError(f"Observation space {space!r} has no keys: a Dict space needs at least one entry.")
     return leaves
+
+
+def check_observation_kind(observation_space: spaces.Space, buffer: str, dict_buffer: str, wants_dict: bool) -> None:
+    """Refuse an observation space the buffer class cannot store, naming the class that can.
+
+    :param observation_space: the space given to the buffer.
+    :param buffer: the name of the buffer class for a single (non-Dict) observation space.
+    :param dict_buffer: the name of its Dict counterpart.
+    :param wants_dict: whether the buffer being made is ``dict_buffer``.
+    :raises TypeError: a Dict space for ``buffer``, another space for ``dict_buffer``, or a space neither stores.
+    """
+    is_dict = isinstance(observation_space, spaces.Dict)
+    if wants_dict and not is_dict:
+        raise TypeError(
+            f"{dict_buffer} needs a Dict observation space, got {observation_space!r}; use {buffer} for it."
+        )
+    if is_dict and not wants_dict:
+        raise TypeError(
+            f"{buffer} got a Dict observation space {observation_space!r}; use {dict_buffer} for Dict observations."
+        )
+    if is_dict:
+        observation_leaves(observation_space)
+    else:
+        leaf_shape(observation_space)
 
 
 def batch_observation_key(path: tuple[str, ...]) -> NestedKey:
