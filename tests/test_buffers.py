@@ -518,6 +518,13 @@ def test_a_memmap_dir_that_is_a_file_or_under_one_is_refused_naming_the_fix(tmp_
     assert file.read_text() == "mine\n" and sorted(tmp_path.iterdir()) == [file]
 
 
+def test_each_buffer_refuses_the_other_kind_of_observation_space_naming_the_one_to_use():
+    with pytest.raises(TypeError, match=r"MaskableRolloutBuffer got a Dict .*use MaskableDictRolloutBuffer for Dict"):
+        MaskableRolloutBuffer(4, OBS_SPACES["dict"], ACTION_SPACES["discrete"], "cpu")
+    with pytest.raises(TypeError, match=r"MaskableDictRolloutBuffer needs a Dict .*use MaskableRolloutBuffer for it"):
+        MaskableDictRolloutBuffer(4, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu")
+
+
 def test_a_memmap_dir_with_storage_in_memory_is_refused_rather_than_ignored(tmp_path):
     with pytest.raises(ValueError, match=r"only used by storage='memmap'.*Pass storage='memmap'.*or drop memmap_dir"):
         MaskableDictRolloutBuffer(4, OBS_SPACES["dict"], ACTION_SPACES["discrete"], "cpu", memmap_dir=tmp_path / "r")

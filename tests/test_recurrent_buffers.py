@@ -180,3 +180,12 @@ def test_torchrls_lstm_module_reads_the_stored_states_and_is_init_as_they_are() 
         step = module(rollout[:, t].clone())
         for key in (hidden, cell):
             torch.testing.assert_close(step.get(("next", *key)), rollout[:, t + 1].get(key), rtol=0, atol=1e-6)
+
+
+def test_each_buffer_refuses_the_other_kind_of_observation_space_naming_the_one_to_use() -> None:
+    box, dict_space = spaces.Box(-1, 1, (3,)), spaces.Dict({"a": spaces.Box(-1, 1, (3,))})
+    shape = (T, LAYERS, N_ENVS, HIDDEN)
+    with pytest.raises(TypeError, match=r"MaskableRecurrentRolloutBuffer got a Dict.*use MaskableRecurrentDictRollout"):
+        MaskableRecurrentRolloutBuffer(T, dict_space, spaces.Discrete(3), shape, "cpu", n_envs=N_ENVS)
+    with pytest.raises(TypeError, match=r"MaskableRecurrentDictRolloutBuffer needs a Dict.*use MaskableRecurrentRoll"):
+        MaskableRecurrentDictRolloutBuffer(T, box, spaces.Discrete(3), shape, "cpu", n_envs=N_ENVS)
