@@ -8,6 +8,10 @@ computation that walks the moves in time order.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -23,6 +27,7 @@ pytest.importorskip("pettingzoo")
 from torchrl_mask import MaskablePPO, MaskableRolloutBuffer, SeatEnv, SelfPlayPolicy, TurnBasedEnv
 from torchrl_mask.algorithms.selfplay import pack_rows, seat_transitions
 from torchrl_mask.app.cli import main
+from torchrl_mask.app.run_folder import LOCK
 from torchrl_mask.torchrl.pettingzoo_players import one_ply_heuristic, random_legal
 
 # Moves 0-4: X wins on the top row (O's loss arrives on X's move); 5-13: a draw; 14-16: a game the rollout cuts
@@ -292,6 +297,31 @@ def test_cli_trains_a_game_and_writes_the_evaluation(tmp_path: Path) -> None:
         assert rates["win"] + rates["draw"] + rates["loss"] == pytest.approx(1.0)
     assert evaluation["illegal_moves"] == 0
     assert {"model.zip", "learning_curve.png", "win_rates.csv"} <= {path.name for path in out.iterdir()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_self_play_run_saves_its_model_and_win_rates(signum: int, code: int, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "torchrl_mask", "train", "--env", "pettingzoo:tictactoe_v3", "-n", "100000000",
+               "--eval-freq", "128", "--hyperparams", "n_envs=2", "n_steps=64", "batch_size=64", "--eval-episodes",
+               "4", "--out", str(out), "--no-progress"]  # fmt: skip
+    proc = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout is not None
+    seen = 0
+    for line in proc.stdout:  # SB3's logger table, twice: two rollouts trained on, a win-rate point measured
+        seen += "total_timesteps" in line
+        if seen == 2:
+            break
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code, stderr
+    lines = stderr.strip().splitlines()
+    steps = MaskablePPO.load(out / "model.zip", device="cpu").num_timesteps
+    assert lines == [f"torchrl-mask: interrupted at {steps:,} steps; saved to {out / 'model.zip'}"], stderr
+    assert steps >= 128 and (out / "win_rates.csv").read_text().count("\n") >= 2  # the header and a point
+    assert not (out / LOCK).exists()
 
 
 def test_cli_unknown_game_is_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

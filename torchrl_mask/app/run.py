@@ -99,7 +99,11 @@ def _train_game(config: TrainConfig) -> int:
         f"Training MaskablePPO on {config.env_id} by self-play ({opponents}) for {config.n_timesteps:,} moves: "
         f"{config.n_envs} games side by side, seed {config.seed}, device {config.device}."
     )
-    result = selfplay_training.train(config)
+    try:
+        result = selfplay_training.train(config)
+    except selfplay_training.TrainingInterrupted as stop:
+        print(f"torchrl-mask: {stop}", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(stop.__cause__, _Terminated) else EXIT_INTERRUPTED
     print(f"\nEvaluation on {config.env_id}, {config.eval_episodes} games per opponent (win / draw / loss):")
     for opponent in ("random", "heuristic"):
         rates = result.evaluation[f"vs_{opponent}"]

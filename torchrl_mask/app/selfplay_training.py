@@ -39,6 +39,7 @@ from torchrl_mask.algorithms.selfplay import SelfPlayPolicy
 from torchrl_mask.app import run_folder
 from torchrl_mask.app.config import TrainConfig, UsageError, check_config, check_device
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
+from torchrl_mask.app.training import TrainingInterrupted
 from torchrl_mask.torchrl.pettingzoo import TurnBasedEnv, make_game
 from torchrl_mask.torchrl.pettingzoo_players import SeatEnv
 
@@ -145,11 +146,15 @@ def _model(config: TrainConfig, game: str, device: str) -> MaskablePPO:
     return model
 
 
-def _write(out: Path, config: TrainConfig, evaluation: dict[str, Any], curve: list[dict[str, Any]]) -> None:
+def _write_curve(out: Path, curve: list[dict[str, Any]]) -> None:
     if curve:
         columns = list(curve[0])
         lines = [",".join(columns), *(",".join(f"{point[c]:g}" for c in columns) for point in curve)]
         (out / "win_rates.csv").write_text("\n".join(lines) + "\n")
+
+
+def _write(out: Path, config: TrainConfig, evaluation: dict[str, Any], curve: list[dict[str, Any]]) -> None:
+    _write_curve(out, curve)
     record = {**evaluation, "games": config.eval_episodes, "config": {**asdict(config), "out": str(out)}}
     (out / "evaluation.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
     plot_win_rates(curve, evaluation, config.env_id, out / "learning_curve.png")
@@ -205,6 +210,8 @@ def train(config: TrainConfig) -> SelfPlayResult:
     :return: the model, the folder, the evaluation, the win-rate curve and the files written.
     :raises UsageError: an unknown game, a bad device or output folder, ``save_freq`` or ``tensorboard_log`` (not
         available here), all before anything is written.
+    :raises TrainingInterrupted: a ``KeyboardInterrupt`` while training or evaluating; the model (and the win
+        rates so far) were saved.
     """
     if config.save_freq or config.tensorboard_log is not None:
         raise UsageError(f"--save-freq and --tensorboard-log are not available with --env {config.env_id}; drop them.")
@@ -217,14 +224,24 @@ def train(config: TrainConfig) -> SelfPlayResult:
         every = config.eval_freq or config.n_timesteps // EVAL_POINTS
         rates = WinRates(game, every, EVAL_POINT_GAMES, config.seed + EVAL_SEED_OFFSET)
         collector = _collector(config, model, game, config.pool_size)
-        model.learn(config.n_timesteps, rates, progress_bar=config.progress_bar, collector=collector,
-                    reset_num_timesteps=config.trained_agent is None)  # fmt: skip
+        try:  # learn() shuts the collector and its workers down, also on an interrupt
+            model.learn(config.n_timesteps, rates, progress_bar=config.progress_bar, collector=collector,
+                        reset_num_timesteps=config.trained_agent is None)  # fmt: skip
+        except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: keep what was trained, then say so
+            model.save(out / "model.zip")
+            _write_curve(out, rates.points)
+            raise TrainingInterrupted(out, model.num_timesteps) from stop
         model.save(out / "model.zip")
         evaluation: dict[str, Any] = {}
-        for opponent in OPPONENTS:
-            rates_now = evaluate_games(model, game, opponent, config.eval_episodes, config.seed + EVAL_SEED_OFFSET)
-            evaluation["illegal_moves"] = evaluation.get("illegal_moves", 0) + rates_now.pop("illegal_moves")
-            evaluation[f"vs_{opponent}"] = rates_now
+        try:
+            for opponent in OPPONENTS:
+                seed = config.seed + EVAL_SEED_OFFSET
+                rates_now = evaluate_games(model, game, opponent, config.eval_episodes, seed)
+                evaluation["illegal_moves"] = evaluation.get("illegal_moves", 0) + rates_now.pop("illegal_moves")
+                evaluation[f"vs_{opponent}"] = rates_now
+        except KeyboardInterrupt as stop:  # while evaluating: the model is saved already
+            _write_curve(out, rates.points)
+            raise TrainingInterrupted(out, model.num_timesteps) from stop
         evaluation = {"vs_random": evaluation["vs_random"], "vs_heuristic": evaluation["vs_heuristic"],
                       "illegal_moves": evaluation["illegal_moves"]}  # fmt: skip
         _write(out, config, evaluation, rates.points)
