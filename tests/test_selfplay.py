@@ -324,6 +324,19 @@ def test_an_interrupted_self_play_run_saves_its_model_and_win_rates(signum: int,
     assert not (out / LOCK).exists()
 
 
+def test_cli_self_play_writes_checkpoints_and_tensorboard_events(tmp_path: Path) -> None:
+    out, board = tmp_path / "run", tmp_path / "tb"
+    argv = ["train", "--env", "pettingzoo:tictactoe_v3", "-n", "512", "--save-freq", "128", "--tensorboard-log",
+            str(board), "--hyperparams", "n_envs=2", "n_steps=64", "batch_size=64", "--eval-episodes", "2", "--out",
+            str(out), "--no-progress", "--verbose", "0"]  # fmt: skip
+    assert main(argv) == 0
+    checkpoints = sorted(path.name for path in out.glob("rl_model_*_steps.zip"))
+    assert len(checkpoints) >= 2, checkpoints
+    for name in checkpoints:
+        MaskablePPO.load(out / name, device="cpu")
+    assert list(board.glob("MaskablePPO_1/events.out.tfevents.*")), list(board.rglob("*"))
+
+
 def test_cli_unknown_game_is_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "run"
     assert main(["train", "--env", "pettingzoo:no_such_game_v0", "--out", str(out), "--no-progress"]) == 2

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 from sb3_contrib.common.maskable.evaluation import evaluate_policy
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.logger import HumanOutputFormat, Logger
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -136,14 +136,26 @@ def _collector(config: TrainConfig, model: MaskablePPO, game: str, pool_size: in
 
 def _model(config: TrainConfig, game: str, device: str) -> MaskablePPO:
     kwargs = {key: value for key, value in config.hyperparams.items() if key not in ("policy", "pool_size")}
+    tensorboard_log = None if config.tensorboard_log is None else str(config.tensorboard_log)
+    common: dict[str, Any] = {"device": device, "seed": config.seed, "verbose": config.verbose,
+                              "tensorboard_log": tensorboard_log}  # fmt: skip
     if config.trained_agent is not None:
-        return MaskablePPO.load(config.trained_agent, env=DummyVecEnv([partial(SeatEnv, game)]), device=device,
-                                seed=config.seed, verbose=config.verbose)  # fmt: skip
-    model = MaskablePPO(config.hyperparams.get("policy", "MlpPolicy"), DummyVecEnv([partial(SeatEnv, game)]),
-                        device=device, seed=config.seed, verbose=config.verbose, **kwargs)  # fmt: skip
-    # SB3's logger without TensorBoard, and without the empty /tmp/SB3-<date> folder learn() would leave.
-    model.set_logger(Logger(None, [HumanOutputFormat(sys.stdout)] if config.verbose >= 1 else []))
+        model = MaskablePPO.load(config.trained_agent, env=DummyVecEnv([partial(SeatEnv, game)]), **common)
+    else:
+        model = MaskablePPO(config.hyperparams.get("policy", "MlpPolicy"), DummyVecEnv([partial(SeatEnv, game)]),
+                            **common, **kwargs)  # fmt: skip
+    if tensorboard_log is None:
+        # SB3's logger without TensorBoard, and without the empty /tmp/SB3-<date> folder learn() would leave.
+        model.set_logger(Logger(None, [HumanOutputFormat(sys.stdout)] if config.verbose >= 1 else []))
     return model
+
+
+def _callbacks(config: TrainConfig, rates: WinRates, out: Path) -> list[BaseCallback]:
+    """The win rates, and rl-zoo3's checkpoints every ``save_freq`` moves (over all games)."""
+    if config.save_freq <= 0:
+        return [rates]
+    every = max(config.save_freq // config.n_envs, 1)
+    return [rates, CheckpointCallback(every, str(out), name_prefix="rl_model", verbose=config.verbose)]
 
 
 def _write_curve(out: Path, curve: list[dict[str, Any]]) -> None:
@@ -208,13 +220,10 @@ def train(config: TrainConfig) -> SelfPlayResult:
     :param config: the run; ``env_id`` is ``"pettingzoo:<classic game>"``; ``pool_size`` 0 is pure self-play,
         ``n`` plays the learner against ``n`` snapshots of its past weights.
     :return: the model, the folder, the evaluation, the win-rate curve and the files written.
-    :raises UsageError: an unknown game, a bad device or output folder, ``save_freq`` or ``tensorboard_log`` (not
-        available here), all before anything is written.
+    :raises UsageError: an unknown game, a bad device or output folder, all before anything is written.
     :raises TrainingInterrupted: a ``KeyboardInterrupt`` while training or evaluating; the model (and the win
         rates so far) were saved.
     """
-    if config.save_freq or config.tensorboard_log is not None:
-        raise UsageError(f"--save-freq and --tensorboard-log are not available with --env {config.env_id}; drop them.")
     out = check_config(config)
     device = check_device(config.device)
     game = check_game(config.env_id)
@@ -225,8 +234,8 @@ def train(config: TrainConfig) -> SelfPlayResult:
         rates = WinRates(game, every, EVAL_POINT_GAMES, config.seed + EVAL_SEED_OFFSET)
         collector = _collector(config, model, game, config.pool_size)
         try:  # learn() shuts the collector and its workers down, also on an interrupt
-            model.learn(config.n_timesteps, rates, progress_bar=config.progress_bar, collector=collector,
-                        reset_num_timesteps=config.trained_agent is None)  # fmt: skip
+            model.learn(config.n_timesteps, _callbacks(config, rates, out), progress_bar=config.progress_bar,
+                        collector=collector, reset_num_timesteps=config.trained_agent is None)  # fmt: skip
         except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: keep what was trained, then say so
             model.save(out / "model.zip")
             _write_curve(out, rates.points)
@@ -246,4 +255,5 @@ def train(config: TrainConfig) -> SelfPlayResult:
                       "illegal_moves": evaluation["illegal_moves"]}  # fmt: skip
         _write(out, config, evaluation, rates.points)
     files = ["model.zip", "evaluation.json", "learning_curve.png"] + (["win_rates.csv"] if rates.points else [])
+    files += sorted(path.name for path in out.glob("rl_model_*_steps.zip"))
     return SelfPlayResult(model, out, evaluation, rates.points, files)
