@@ -50,6 +50,11 @@ def _normalised(logits: torch.Tensor) -> torch.Tensor:
     return logits - logits.logsumexp(dim=-1, keepdim=True)
 
 
+def _side_by_side(parts: list[torch.Tensor]) -> torch.Tensor:
+    """Sub-actions ``(B, n)`` of one size as a block ``(B, G, n)``: a view when there is one, else stacked."""
+    return parts[0].unsqueeze(1) if len(parts) == 1 else torch.stack(parts, dim=1)
+
+
 class MaskedCategoricals:
     """One masked categorical per sub-action, ``len(dims)`` of them side by side, computed block by block.
 
@@ -71,6 +76,11 @@ class MaskedCategoricals:
         # Where each sub-action's column ends up when the blocks' columns are laid side by side.
         order = [g for block in self._blocks for g in block]
         self._columns = [order.index(g) for g in range(len(self.dims))]
+        # Each block's columns of the actions: a slice (a view) where they are adjacent, else the index list.
+        self._block_columns: list[slice | list[int]] = [
+            slice(block[0], block[-1] + 1) if block == list(range(block[0], block[-1] + 1)) else block
+            for block in self._blocks
+        ]
         self._masked_logit = torch.tensor(MASKED_LOGIT)  # remade in the logits' dtype and device when they differ
 
     def blocks(self, rows: torch.Tensor) -> list[torch.Tensor]:
@@ -81,7 +91,7 @@ class MaskedCategoricals:
         if self._even:
             return [rows.view(len(rows), len(self.dims), self.dims[0])]
         parts = torch.split(rows, self.dims, dim=1)
-        return [torch.stack([parts[g] for g in block], dim=1) for block in self._blocks]
+        return [_side_by_side([parts[g] for g in block]) for block in self._blocks]
 
     def log_pmf(self, logits: torch.Tensor, mask: torch.Tensor | None) -> list[torch.Tensor]:
         """The normalised log-probabilities sb3-contrib's distribution holds after ``apply_masking(mask)``.
@@ -123,7 +133,7 @@ class MaskedCategoricals:
             draws = [race.view(len(self.dims), rows, self.dims[0]).transpose(0, 1)]
         else:
             parts = race.split([rows * n for n in self.dims])
-            draws = [torch.stack([parts[g].view(rows, self.dims[g]) for g in block], dim=1) for block in self._blocks]
+            draws = [_side_by_side([parts[g].view(rows, self.dims[g]) for g in block]) for block in self._blocks]
         return self._in_order([(p / q).argmax(dim=-1) for p, q in zip(probs, draws, strict=True)])
 
     def log_prob(self, log_pmf: list[torch.Tensor], actions: torch.Tensor) -> torch.Tensor:
@@ -164,7 +174,7 @@ class MaskedCategoricals:
         """Per-sub-action columns ``(B, len(dims))`` split into the blocks' columns ``(B, G_k)``."""
         if self._even:
             return [columns]
-        return [columns[:, block] for block in self._blocks]
+        return [columns[:, index] for index in self._block_columns]
 
     def _in_order(self, per_block: list[torch.Tensor]) -> torch.Tensor:
         """Blocks' columns ``(B, G_k)`` back in the sub-actions' order, ``(B, len(dims))``."""
