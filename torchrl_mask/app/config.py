@@ -44,6 +44,7 @@ __all__ = [
     "GAME_PREFIX",
     "HYPERPARAMS",
     "TrainConfig",
+    "TrainingInterrupted",
     "UsageError",
     "check_config",
     "check_device",
@@ -55,6 +56,20 @@ __all__ = [
     "load_conf_file",
     "parse_hyperparam",
 ]
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped by a ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM as the command line raises it); the model
+    and the learning curve were saved first. The interrupt is the ``__cause__``.
+
+    :param out: the output folder.
+    :param steps: the env steps taken when it stopped (``model.num_timesteps``).
+    """
+
+    def __init__(self, out: Path, steps: int) -> None:
+        super().__init__(f"interrupted at {steps:,} steps; saved to {out / 'model.zip'}")
+        self.out = out
+        self.steps = steps
 
 
 # torchrl-mask train --env pettingzoo:<game>: self-play defaults. n_timesteps counts the moves trained on, n_envs

@@ -11,7 +11,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from torchrl_mask.app.config import ALGOS, GAME_PREFIX, TrainConfig
+from torchrl_mask.app.config import ALGOS, GAME_PREFIX, TrainConfig, TrainingInterrupted
 
 if TYPE_CHECKING:
     from torchrl_mask.app.training import TrainResult
@@ -65,6 +65,9 @@ def run_train(config: TrainConfig, collector_text: dict[str, str]) -> int:
         if config.env_id.startswith(GAME_PREFIX):
             return _train_game(config)
         return _train(config, collector_text)
+    except TrainingInterrupted as stop:  # while training or evaluating: the model was saved
+        print(f"torchrl-mask: {stop}", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(stop.__cause__, _Terminated) else EXIT_INTERRUPTED
     except KeyboardInterrupt as stop:  # before training started (or while saving): no model to keep
         print("torchrl-mask: interrupted before a model was saved; nothing to keep.", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(stop, _Terminated) else EXIT_INTERRUPTED
@@ -81,11 +84,7 @@ def _train(config: TrainConfig, collector_text: dict[str, str]) -> int:
         f"Training {ALGOS[config.algo]} on {config.env_id} (masks from {source}) for {config.n_timesteps:,} steps: "
         f"{config.n_envs} envs ({rollouts}), seed {config.seed}, device {config.device}."
     )
-    try:
-        result = training.train(config)
-    except training.TrainingInterrupted as stop:
-        print(f"torchrl-mask: {stop}", file=sys.stderr)
-        return EXIT_TERMINATED if isinstance(stop.__cause__, _Terminated) else EXIT_INTERRUPTED
+    result = training.train(config)
     report(config, result)
     return 0
 
@@ -99,11 +98,7 @@ def _train_game(config: TrainConfig) -> int:
         f"Training MaskablePPO on {config.env_id} by self-play ({opponents}) for {config.n_timesteps:,} moves: "
         f"{config.n_envs} games side by side, seed {config.seed}, device {config.device}."
     )
-    try:
-        result = selfplay_training.train(config)
-    except selfplay_training.TrainingInterrupted as stop:
-        print(f"torchrl-mask: {stop}", file=sys.stderr)
-        return EXIT_TERMINATED if isinstance(stop.__cause__, _Terminated) else EXIT_INTERRUPTED
+    result = selfplay_training.train(config)
     print(f"\nEvaluation on {config.env_id}, {config.eval_episodes} games per opponent (win / draw / loss):")
     for opponent in ("random", "heuristic"):
         rates = result.evaluation[f"vs_{opponent}"]

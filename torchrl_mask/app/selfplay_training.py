@@ -37,9 +37,8 @@ from torchrl.envs import SerialEnv
 from torchrl_mask.algorithms.ppo import MaskablePPO
 from torchrl_mask.algorithms.selfplay import SelfPlayPolicy
 from torchrl_mask.app import run_folder
-from torchrl_mask.app.config import TrainConfig, UsageError, check_config, check_device
+from torchrl_mask.app.config import TrainConfig, TrainingInterrupted, UsageError, check_config, check_device
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
-from torchrl_mask.app.training import TrainingInterrupted
 from torchrl_mask.torchrl.pettingzoo import TurnBasedEnv, make_game
 from torchrl_mask.torchrl.pettingzoo_players import SeatEnv
 

@@ -51,7 +51,7 @@ from torchrl_mask.algorithms.collectors import learn_from_collector
 from torchrl_mask.algorithms.ppo import MaskablePPO
 from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
 from torchrl_mask.app import results, run_folder
-from torchrl_mask.app.config import TrainConfig, UsageError, check_config, check_device
+from torchrl_mask.app.config import TrainConfig, TrainingInterrupted, UsageError, check_config, check_device
 from torchrl_mask.app.masked_env import collector_env, make_masked_env, one_line
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
 from torchrl_mask.torchrl.policy import MaskablePolicyModule
@@ -285,20 +285,6 @@ def _learn(config: TrainConfig, model: Any, monitor_dir: Path, callbacks: list[B
             model, collector, config.n_timesteps, callbacks, progress_bar=config.progress_bar,
             reset_num_timesteps=not continuing,
         )  # fmt: skip
-
-
-class TrainingInterrupted(Exception):
-    """Training stopped by a ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM as the command line raises it); the model
-    and the learning curve were saved first. The interrupt is the ``__cause__``.
-
-    :param out: the output folder.
-    :param steps: the env steps taken when it stopped (``model.num_timesteps``).
-    """
-
-    def __init__(self, out: Path, steps: int) -> None:
-        super().__init__(f"interrupted at {steps:,} steps; saved to {out / 'model.zip'}")
-        self.out = out
-        self.steps = steps
 
 
 def _make_env(config: TrainConfig, monitor_dir: Path) -> VecEnv:
