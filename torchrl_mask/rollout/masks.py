@@ -42,6 +42,9 @@ class MaskSpec:
         self._limits = np.asarray(groups)
         self._unsigned_limits = self._limits.astype(np.uint64)
         self._row_starts: dict[int, np.ndarray] = {}  # see _flat_starts
+        # Per row count, the index and result arrays check_actions fills in place every add (no per-step
+        # allocation proportional to the action space).
+        self._scratch: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def __repr__(self) -> str:
         return f"MaskSpec(groups={self.groups}, size={self.size})"
@@ -128,14 +131,30 @@ class MaskSpec:
         """
         n_rows = actions.shape[0]
         choices = actions.reshape(n_rows, len(self.groups))
-        self._check_choices(choices, row_label)
-        if rows is None:
-            return
-        if isinstance(choices, np.ndarray):
-            allowed: MaskArray = rows.take(choices.astype(np.int64) + self._flat_starts(n_rows))
+        allowed: MaskArray
+        if type(choices) is np.ndarray and choices.dtype == np.int64 and type(rows) in (np.ndarray, type(None)):
+            # The common case (every add of a VecEnv rollout): four numpy calls, nothing allocated. Seen as
+            # unsigned, a negative choice is a huge one, so one max (groups of one size) or one comparison checks
+            # both bounds; then each choice's own mask entry is gathered into a scratch array.
+            unsigned = choices.view(np.uint64)
+            if choices.size and not (
+                unsigned.max() < self.groups[0] if self._uniform else (unsigned < self._unsigned_limits).all()
+            ):
+                raise self._action_error(choices, None, row_label)
+            if rows is None:
+                return
+            index, allowed = self._scratch_for(n_rows)
+            np.add(choices, self._flat_starts(n_rows), out=index)
+            cast(np.ndarray, rows).take(index, out=allowed)
         else:
-            index = choices.long() + torch.as_tensor(self._starts, device=choices.device)
-            allowed = torch.as_tensor(rows, device=choices.device).gather(1, index)
+            self._check_choices(choices, row_label)
+            if rows is None:
+                return
+            if isinstance(choices, np.ndarray):
+                allowed = rows.take(choices.astype(np.int64) + self._flat_starts(n_rows))
+            else:
+                index_t = choices.long() + torch.as_tensor(self._starts, device=choices.device)
+                allowed = torch.as_tensor(rows, device=choices.device).gather(1, index_t)
         if bool(allowed.all()):
             return
         self.check(rows, n_rows, row_label)  # an empty row is the mask's fault: say that first
@@ -164,6 +183,14 @@ class MaskSpec:
             starts = np.arange(n_rows, dtype=np.int64)[:, None] * self.size + self._starts.astype(np.int64)
             self._row_starts[n_rows] = starts
         return starts
+
+    def _scratch_for(self, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(n_rows, n_groups)`` int64 and bool arrays for :meth:`check_actions` to fill (made once per row count)."""
+        scratch = self._scratch.get(n_rows)
+        if scratch is None:
+            shape = (n_rows, len(self.groups))
+            scratch = self._scratch[n_rows] = (np.empty(shape, np.int64), np.empty(shape, np.bool_))
+        return scratch
 
     def _action_error(
         self, choices: MaskArray, allowed: MaskArray | None, row_label: Callable[[int], str] | None
