@@ -95,6 +95,27 @@ def test_the_deterministic_action_is_sb3_contribs_mode(name: str) -> None:
     assert torch.equal(dist.sample(dist.log_pmf(logits, mask), deterministic=True).view(ref.shape), ref)
 
 
+@pytest.mark.parametrize("name", list(SPACES))
+@pytest.mark.parametrize("deterministic", [False, True], ids=["drawn", "mode"])
+def test_sample_and_log_prob_is_sb3_contribs_sample_then_log_prob(name: str, deterministic: bool) -> None:
+    # The rollouts' one pass (the draws index the log-probabilities) against sb3-contrib's two calls.
+    space = SPACES[name]
+    dims = _dims(space)
+    logits, mask = _inputs(dims, 48, seed=11)
+    torch.manual_seed(7)
+    ref = _reference(space, logits, mask)
+    ref_actions = ref.mode() if deterministic else ref.sample()
+    ref_log_prob, ref_after = ref.log_prob(ref_actions), torch.rand(3)
+
+    torch.manual_seed(7)
+    dist = MaskedCategoricals(dims)
+    actions, log_prob = dist.sample_and_log_prob(dist.log_pmf(logits, mask), deterministic)
+    assert torch.equal(torch.rand(3), ref_after)
+    assert actions.shape == (48, len(dims)) and actions.dtype == torch.int64
+    assert torch.equal(actions.view(ref_actions.shape), ref_actions)
+    assert torch.equal(log_prob, ref_log_prob)
+
+
 @pytest.mark.parametrize("name", ["multidiscrete-uneven", "multibinary-339"])
 def test_a_masked_choice_is_never_drawn(name: str) -> None:
     dims = _dims(SPACES[name])
@@ -111,6 +132,8 @@ def test_nan_logits_raise_instead_of_sampling() -> None:
     logits = torch.tensor([[0.0, float("nan"), 1.0]])
     with pytest.raises(ValueError, match="logits hold NaN"):
         dist.sample(dist.log_pmf(logits, torch.ones(1, 3, dtype=torch.bool)))
+    with pytest.raises(ValueError, match="logits hold NaN"):
+        dist.sample_and_log_prob(dist.log_pmf(logits, torch.ones(1, 3, dtype=torch.bool)))
 
 
 def test_a_sub_action_without_choices_is_refused() -> None:

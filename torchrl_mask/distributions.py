@@ -120,21 +120,41 @@ class MaskedCategoricals:
         :return: the actions, ``(B, len(dims))`` int64.
         :raises ValueError: the probabilities hold NaN (``torch.multinomial`` refuses them too).
         """
+        return self._in_order([pick.squeeze(-1) for pick in self._picks(log_pmf, deterministic)])
+
+    def sample_and_log_prob(
+        self, log_pmf: list[torch.Tensor], deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`sample` and :meth:`log_prob` of the actions drawn, in one pass (what a rollout step asks): the
+        draws index the log-probabilities directly, so the actions are not converted and reshaped back.
+
+        :param log_pmf: the blocks from :meth:`log_pmf`.
+        :param deterministic: the most likely choice of each sub-action instead of a draw.
+        :return: the actions ``(B, len(dims))`` int64 and their log-probabilities ``(B,)``.
+        :raises ValueError: the probabilities hold NaN.
+        """
+        picks = self._picks(log_pmf, deterministic)
+        actions = self._in_order([pick.squeeze(-1) for pick in picks])
+        picked = [block.gather(-1, pick).squeeze(-1) for block, pick in zip(log_pmf, picks, strict=True)]
+        return actions, self._summed(picked)
+
+    def _picks(self, log_pmf: list[torch.Tensor], deterministic: bool) -> list[torch.Tensor]:
+        """Each block's chosen index, ``(B, G_k, 1)``: ``torch.multinomial``'s exponential race, or the mode."""
         probs = [block.softmax(dim=-1) for block in log_pmf]
         if any(bool(block.isnan().any()) for block in probs):
             raise ValueError("The policy's action logits hold NaN: the network's parameters or inputs are not finite.")
         if deterministic:
-            return self._in_order([block.argmax(dim=-1) for block in probs])
+            return [block.argmax(dim=-1, keepdim=True) for block in probs]
         rows = len(probs[0])
         if len(self.dims) == 1:  # Discrete: the draws in the probabilities' own order
-            return (probs[0] / torch.empty_like(probs[0]).exponential_()).argmax(dim=-1)
+            return [(probs[0] / torch.empty_like(probs[0]).exponential_()).argmax(dim=-1, keepdim=True)]
         race = torch.empty(rows * self.width, dtype=probs[0].dtype, device=probs[0].device).exponential_()
         if self._even:
             draws = [race.view(len(self.dims), rows, self.dims[0]).transpose(0, 1)]
         else:
             parts = race.split([rows * n for n in self.dims])
             draws = [_side_by_side([parts[g].view(rows, self.dims[g]) for g in block]) for block in self._blocks]
-        return self._in_order([(p / q).argmax(dim=-1) for p, q in zip(probs, draws, strict=True)])
+        return [(p / q).argmax(dim=-1, keepdim=True) for p, q in zip(probs, draws, strict=True)]
 
     def log_prob(self, log_pmf: list[torch.Tensor], actions: torch.Tensor) -> torch.Tensor:
         """sb3-contrib's ``log_prob(actions)``: the sub-actions' log-probabilities, summed over sub-actions.

@@ -183,6 +183,7 @@ class StockForward:
         # The buffers' mask reader: bool rows (n_envs, mask_dims), or an error naming a wrong shape or value
         # before the policy's output is used (add() checks each row's choices once the step is taken).
         mask = torch.as_tensor(self._spec.reshape(masks, len(logits)), device=logits.device)
-        log_pmf = self._dist.log_pmf(logits, mask)
-        actions = self._dist.sample(log_pmf)
-        return actions.reshape((-1, *self._action_shape)), values, self._dist.log_prob(log_pmf, actions)
+        actions, log_prob = self._dist.sample_and_log_prob(self._dist.log_pmf(logits, mask))
+        if actions.shape[1:] != self._action_shape:  # Discrete's (B, 1) to (B,); the others are shaped already
+            actions = actions.reshape((-1, *self._action_shape))
+        return actions, values, log_prob

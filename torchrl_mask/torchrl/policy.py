@@ -101,8 +101,8 @@ class _SB3Forward(nn.Module):
         """``MaskableActorCriticPolicy.forward``: actions ``(B, n_groups)``, values ``(B, 1)``, log-probs ``(B,)``."""
         values, logits = values_and_logits(self.policy, obs, self._plain_layers())
         log_pmf = self._dist.log_pmf(logits.view(-1, self._mask_size), mask)
-        actions = self._dist.sample(log_pmf, deterministic)
-        return actions, values, self._dist.log_prob(log_pmf, actions)
+        actions, log_prob = self._dist.sample_and_log_prob(log_pmf, deterministic)
+        return actions, values, log_prob
 
     def _plain_layers(self) -> _PlainLayers | None:
         """:func:`plain_layers` of the policy, found on the first call."""
