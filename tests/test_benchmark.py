@@ -189,6 +189,14 @@ def test_bench_learn_action_spaces_times_three_algorithms_and_checks_parity():
         assert (float(ours) - 5e-4) / (float(ppo) + 5e-4) - 5e-3 <= float(cost) <= (float(ours) + 5e-4) / (
             float(ppo) - 5e-4) + 5e-3  # fmt: skip
     assert "worst cost of masking" in done.stdout and "FAIL" not in done.stdout
+    # The floor is timed in the round it is compared with: with one round, ours / floor is ours / PPO over
+    # floor / PPO, within the printed rounding.
+    floors = re.findall(r"^\| MultiBinary\(16\) \| (?:box|dict) \| 32 \|(?: [\d.]+ \|){3} ([\d.]+)x \| ([\d.]+)x \| "
+                        r"[\d.]+x \| ([\d.]+) \|$", done.stdout, re.M)  # fmt: skip
+    assert len(floors) == 2, done.stdout
+    for cost, floor, above in floors:
+        assert abs(float(above) - float(cost) / float(floor)) <= 0.011, (cost, floor, above)
+    assert "furthest above its floor" in done.stdout
 
 
 def test_bench_learn_recurrent_checks_unmasked_parity_with_recurrent_ppo_and_reports_the_ratio():
