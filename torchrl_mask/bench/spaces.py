@@ -8,6 +8,7 @@ The env's mask forbids every third entry of the mask row (shifted each step), so
 
 Each round times the three ``learn`` calls back to back in one process, in an order that rotates from round to
 round; a ratio is the median over rounds of that round's ratio, which cancels most of a shared machine's drift.
+Each ``learn`` starts after a ``gc.collect()``, so that none pays for the garbage of the one before it.
 Every round checks that sb3-contrib and torchrl_mask learned the same parameters (``torch.equal``), so the
 timings never compare different work. Columns: the three medians in seconds, the cost of masking (ours / PPO,
 lower is better, 1.0 means masks cost nothing), its floor (PPO's time plus :func:`forced_extra_seconds`, the work
@@ -20,6 +21,7 @@ per-round ratios, so that a drift of the machine moves the floor with the times 
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import statistics
 import time
@@ -108,6 +110,10 @@ def time_learn(name: str, space: str, dict_obs: bool, batch_size: int, args: arg
         n_epochs=args.n_epochs, seed=args.seed, device="cpu",
     )  # fmt: skip
     model.set_logger(Logger(None, []))
+    # Each learn starts with nothing left to collect: a full collection of this process (torch, TorchRL and Ray
+    # imported) can outlast a small cell's learn, and without this one learner would pay for the objects the one
+    # before it left (sb3-contrib's loops allocate the most).
+    gc.collect()
     start = time.perf_counter()
     model.learn(args.timesteps)
     seconds = time.perf_counter() - start
@@ -173,33 +179,67 @@ def _head_extra_seconds(space: spaces.Space, rows: int, grad: bool, repeat: int)
     """What sb3-contrib's wider action head costs beyond PPO's on ``rows`` rows: for ``MultiBinary(n)`` its
     masked distribution is a two-way categorical per bit, so the policy's last layer is ``Linear(64, 2n)`` where
     PPO's Bernoulli needs ``Linear(64, n)`` (64: SB3's default latent width); 0.0 for the other spaces, whose
-    heads are the same. Forward only, or (``grad``) forward and backward; median of ``repeat`` each."""
+    heads are the same. Forward only, or (``grad``) a minibatch's share as SB3's ``train()`` runs it: gradients
+    zeroed, forward, backward, the gradient norm clipped and SB3's Adam step (``eps=1e-5``) over the head's
+    weights; median of ``repeat`` each."""
     if not isinstance(space, spaces.MultiBinary):
         return 0.0
     n = int(np.prod(space.shape or ()))
     medians = []
     for width in (2 * n, n):
         head, latent = nn.Linear(64, width), torch.randn(rows, 64, requires_grad=grad)
+        optimizer = torch.optim.Adam(head.parameters(), eps=1e-5)
         times = []
         for _ in range(repeat + 1):  # the first is a warm-up
             start = time.perf_counter()
             with torch.set_grad_enabled(grad):
+                if grad:
+                    optimizer.zero_grad()
                 out = head(latent)
                 if grad:
                     out.sum().backward()
+                    nn.utils.clip_grad_norm_(head.parameters(), 0.5)
+                    optimizer.step()
             times.append(time.perf_counter() - start)
         medians.append(statistics.median(times[1:]))
     return medians[0] - medians[1]
+
+
+def _mask_storage_seconds(space: spaces.Space, args: argparse.Namespace, batch_size: int, repeat: int) -> tuple[
+    float, float
+]:  # fmt: skip
+    """Seconds of keeping the masks for ``train()``, the least any masked learner does: storing one step's
+    ``(n_envs, mask_width)`` bool masks in a rollout's array, and gathering a minibatch's ``(batch_size,
+    mask_width)`` rows by index from it as a tensor; median of ``repeat`` each. Unmasked PPO does neither.
+
+    :return: (seconds a step, seconds a minibatch).
+    """
+    width = mask_spec(space).size
+    rollout = np.zeros((args.n_steps, args.n_envs, width), dtype=bool)
+    step = np.ones((args.n_envs, width), dtype=bool)
+    flat = torch.from_numpy(rollout.reshape(-1, width))
+    index = torch.randperm(len(flat))[:batch_size]
+    stores, gathers = [], []
+    for i in range(repeat + 1):  # the first is a warm-up
+        start = time.perf_counter()
+        rollout[i % args.n_steps] = step
+        stores.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        flat[index]
+        gathers.append(time.perf_counter() - start)
+    return statistics.median(stores[1:]), statistics.median(gathers[1:])
 
 
 def forced_extra_seconds(space: str, batch_size: int, args: argparse.Namespace) -> float:
     """What masking with sb3-contrib's bits forces beyond unmasked PPO in one ``learn``, each part timed alone on
     the cell's shapes and multiplied by how often ``learn`` runs it:
 
-    - per rollout step, reading the envs' masks (:func:`_mask_read_seconds`), our masked distribution's extra
-      time over SB3's unmasked one on ``(n_envs, width)`` (sampling) and the wider action head's forward
-      (:func:`_head_extra_seconds`, MultiBinary only);
-    - per minibatch, the distribution's and the head's extra time on ``batch_size`` rows, forward and backward.
+    - per rollout step, reading the envs' masks (:func:`_mask_read_seconds`) and storing them
+      (:func:`_mask_storage_seconds`), our masked distribution's extra time over SB3's unmasked one on
+      ``(n_envs, width)`` (sampling) and the wider action head's forward (:func:`_head_extra_seconds`,
+      MultiBinary only);
+    - per minibatch, gathering its masks, the distribution's extra time on ``batch_size`` rows, forward and
+      backward, and the head's extra forward, backward, gradient clipping and Adam step.
 
     :param space: a key of :data:`ACTION_SPACES`.
     :param batch_size: the minibatch size.
@@ -209,10 +249,11 @@ def forced_extra_seconds(space: str, batch_size: int, args: argparse.Namespace) 
     updates = -(-args.timesteps // (args.n_steps * args.n_envs))
     steps = updates * args.n_steps
     minibatches = updates * args.n_epochs * -(-args.n_steps * args.n_envs // batch_size)
+    store, gather = _mask_storage_seconds(action_space, args, batch_size, 101)
     step = _distribution_extra_seconds(action_space, args.n_envs, False, 101)
-    step += _mask_read_seconds(action_space, args.n_envs, 101)
+    step += _mask_read_seconds(action_space, args.n_envs, 101) + store
     step += _head_extra_seconds(action_space, args.n_envs, False, 101)
-    minibatch = _distribution_extra_seconds(action_space, batch_size, True, 41)
+    minibatch = _distribution_extra_seconds(action_space, batch_size, True, 41) + gather
     minibatch += _head_extra_seconds(action_space, batch_size, True, 41)
     return steps * step + minibatches * minibatch
 
