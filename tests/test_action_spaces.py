@@ -5,6 +5,7 @@ the VecEnv path and through a TorchRL collector.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -18,7 +19,9 @@ from tensordict import TensorDict
 from torchrl.collectors import Collector
 
 from torchrl_mask import MaskablePolicyModule, MaskablePPO, masked_gym_env
+from torchrl_mask.algorithms.ppo import UnmaskedPredictWarning
 from torchrl_mask.algorithms.vecenv_source import fast_rollout
+from torchrl_mask.fastpath.stock import stock_predict
 from torchrl_mask.rollout.masks import mask_spec
 
 SPACES = {
@@ -120,3 +123,52 @@ def test_parameters_after_ten_updates_through_a_torchrl_collector_are_sb3_contri
     assert ours.num_timesteps == ref.num_timesteps == 160
     for key, value in ref.policy.state_dict().items():
         assert torch.equal(ours.policy.state_dict()[key], value), key
+
+
+PREDICT_SPACES = {**SPACES, "discrete-6": spaces.Discrete(6), "multibinary-5": spaces.MultiBinary(5)}
+
+
+@pytest.mark.parametrize("name", list(PREDICT_SPACES))
+@pytest.mark.parametrize("deterministic", [False, True], ids=["drawn", "mode"])
+def test_predict_draws_through_the_one_distribution_sb3_contribs_actions(name: str, deterministic: bool) -> None:
+    # predict() on a stock policy runs MaskedCategoricals (stock_predict says it replaced _predict), and gives
+    # sb3-contrib's actions for one observation and for a batch, masked and unmasked, consuming the same draws.
+    space = PREDICT_SPACES[name]
+    ours = MaskablePPO("MlpPolicy", ShiftingMaskEnv(space, seed=0), seed=3, device="cpu")
+    ref = sb3_contrib.MaskablePPO("MlpPolicy", ShiftingMaskEnv(space, seed=0), seed=3, device="cpu")
+    with stock_predict(ours.policy) as inline:
+        assert inline
+    assert "_predict" not in vars(ours.policy)  # restored: a copy of the policy holds nothing bound to this one
+    env = ShiftingMaskEnv(space, seed=1)
+    rng = np.random.default_rng(0)
+    batch = rng.uniform(-1, 1, (5, 8)).astype(np.float32)
+    masks = np.stack([(np.arange(mask_spec(space).size) + t) % 3 != 2 for t in range(5)])
+    cases = [(env.reset()[0], env.action_masks()), (batch, masks), (batch, None)]
+    for seed, (obs, mask) in enumerate(cases):
+        torch.manual_seed(seed)
+        expected, _ = ref.predict(obs, deterministic=deterministic, action_masks=mask)
+        after = torch.rand(2)
+        torch.manual_seed(seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnmaskedPredictWarning)  # the unmasked case: asked for here
+            actions, _ = ours.predict(obs, deterministic=deterministic, action_masks=mask)
+        assert actions.shape == expected.shape and actions.dtype == expected.dtype
+        assert np.array_equal(actions, expected), (seed, actions, expected)
+        assert torch.equal(torch.rand(2), after)
+
+
+def test_predict_keeps_sb3_contribs_path_for_a_policy_whose_get_distribution_is_replaced() -> None:
+    model = MaskablePPO("MlpPolicy", ShiftingMaskEnv(spaces.Discrete(6), seed=0), seed=0, device="cpu")
+    calls = []
+    original = model.policy.get_distribution
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    model.policy.get_distribution = counted  # type: ignore[method-assign]
+    with stock_predict(model.policy) as inline:
+        assert not inline
+    env = ShiftingMaskEnv(spaces.Discrete(6), seed=0)
+    action, _ = model.predict(env.reset()[0], action_masks=env.action_masks())
+    assert calls == [1] and env.action_masks()[int(action)]

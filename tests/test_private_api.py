@@ -92,6 +92,10 @@ ENTRIES: list[tuple[str, str, Callable[[], Any], tuple[str, ...], str]] = [
         ("_get_action_dist_from_latent",), "torchrl/policy.py",
     ),
     (
+        "sb3-contrib", "MaskableActorCriticPolicy", lambda: MaskableActorCriticPolicy, ("_predict",),
+        "fastpath/stock.py (stock_predict: the hook predict() calls, swapped for one call)",
+    ),
+    (
         "sb3-contrib", "RecurrentRolloutBuffer", lambda: RecurrentRolloutBuffer, ("_get_samples",),
         "rollout/recurrent_buffers.py",
     ),

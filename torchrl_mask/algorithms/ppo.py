@@ -50,6 +50,7 @@ from torchrl_mask.algorithms.collector_source import DEFAULT_BATCH_TIMEOUT, Coll
 from torchrl_mask.algorithms.selfplay import SelfPlayPolicy, SelfPlayRollout
 from torchrl_mask.algorithms.vecenv_source import fast_rollout
 from torchrl_mask.fastpath.evaluation import fast_train
+from torchrl_mask.fastpath.stock import stock_predict
 from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.buffers import MaskableDictRolloutBuffer, MaskableRolloutBuffer
 from torchrl_mask.rollout.masks import mask_spec
@@ -103,7 +104,8 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         deterministic: bool = False,
         action_masks: np.ndarray | None = None,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        """sb3-contrib's ``predict``, which also takes a nested Dict observation as the env returns it.
+        """sb3-contrib's ``predict``, which also takes a nested Dict observation as the env returns it, and draws
+        through :class:`~torchrl_mask.distributions.MaskedCategoricals` for the stock policies (the same actions).
 
         :param observation: the observation (or a batch of them); nested dicts are flattened one level, as
             :class:`~torchrl_mask.torchrl.nested.FlattenNestedDict` flattens them.
@@ -132,7 +134,8 @@ class MaskablePPO(_SB3ContribMaskablePPO):
                 UnmaskedPredictWarning,
                 stacklevel=2,
             )
-        return super().predict(observation, state, episode_start, deterministic, action_masks)  # type: ignore[arg-type]
+        with stock_predict(self.policy):  # the one masked distribution draws, as in the rollouts
+            return super().predict(observation, state, episode_start, deterministic, action_masks)  # type: ignore[arg-type]
 
     def _setup_model(self) -> None:
         # sb3-contrib's hook: it honours rollout_buffer_class, so choosing ours is all this class does.

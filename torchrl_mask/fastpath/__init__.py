@@ -1,6 +1,7 @@
 """Every place that runs another library's code in our own version, for speed, with the same bits.
 
-- ``stock``: when sb3-contrib's stock policy may run without its wrappers, and its network's half of the forward;
+- ``stock``: when sb3-contrib's stock policy may run without its wrappers, its network's half of the forward, and
+  ``predict``'s draw through the one masked distribution, swapped in for one ``predict`` call;
 - ``evaluation``: ``train()``'s ``evaluate_actions`` on the one masked distribution, swapped in for one ``train()``
   call and restored after it;
 - ``adam``: ``torch.optim.Adam``'s step for the policy's parameters, swapped in the same way.

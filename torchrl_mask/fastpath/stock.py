@@ -6,7 +6,7 @@ collectors' policy module (:mod:`torchrl_mask.torchrl.policy`) and ``train()``'s
 ``torch.distributions`` objects and, where nothing is hooked, without ``nn.Module.__call__``'s dispatch on the
 stock MLP's layers. This module says when that is allowed (:func:`stock_policy`, :func:`forward_hooked`,
 :func:`backward_hooked`), which layers to run (:func:`plain_layers`) and runs the network's half of the forward
-(:func:`values_and_logits`).
+(:func:`values_and_logits`). :func:`stock_predict` has ``predict`` draw through the one masked distribution too.
 
 Example:
     >>> from sb3_contrib.common.envs import InvalidActionEnvDiscrete
@@ -18,6 +18,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -32,13 +35,22 @@ from sb3_contrib.common.maskable.policies import (
     MaskableActorCriticPolicy,
     MaskableMultiInputActorCriticPolicy,
 )
+from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.torch_layers import MlpExtractor
 from torch import nn
 
 from torchrl_mask.distributions import MaskedCategoricals
 from torchrl_mask.rollout.masks import mask_spec
 
-__all__ = ["StockForward", "backward_hooked", "forward_hooked", "plain_layers", "stock_policy", "values_and_logits"]
+__all__ = [
+    "StockForward",
+    "backward_hooked",
+    "forward_hooked",
+    "plain_layers",
+    "stock_policy",
+    "stock_predict",
+    "values_and_logits",
+]
 
 _STOCK_POLICIES = (MaskableActorCriticPolicy, MaskableActorCriticCnnPolicy, MaskableMultiInputActorCriticPolicy)
 _STOCK_DISTRIBUTIONS = (
@@ -187,3 +199,51 @@ class StockForward:
         if actions.shape[1:] != self._action_shape:  # Discrete's (B, 1) to (B,); the others are shaped already
             actions = actions.reshape((-1, *self._action_shape))
         return actions, values, log_prob
+
+
+def _stock_predict(
+    policy: MaskableActorCriticPolicy,
+    dist: MaskedCategoricals,
+    observation: Any,
+    deterministic: bool = False,
+    action_masks: np.ndarray | None = None,
+) -> torch.Tensor:
+    """``MaskableActorCriticPolicy._predict`` through the one masked distribution: the actor's logits as
+    ``get_distribution`` computes them (each module called as it is, so hooks run), then the mode or a draw.
+
+    :param policy: a stock policy.
+    :param dist: the masked distribution of its action space.
+    :param observation: the observation tensor(s), batch ``(B, ...)``.
+    :param deterministic: the most likely action instead of a draw.
+    :param action_masks: ``(B, mask_dims)`` (or ``(mask_dims,)`` for one observation) masks; None: unmasked.
+    :return: ``(B, n_sub_actions)`` actions (``predict`` reshapes them to the action space's shape).
+    """
+    features = BasePolicy.extract_features(policy, observation, policy.pi_features_extractor)
+    logits = policy.action_net(policy.mlp_extractor.forward_actor(features)).view(-1, dist.width)
+    mask = None
+    if action_masks is not None:  # sb3-contrib's apply_masking: bool, shaped like the logits
+        mask = torch.as_tensor(action_masks, dtype=torch.bool, device=logits.device).reshape(logits.shape)
+    return dist.sample(dist.log_pmf(logits, mask), deterministic)
+
+
+@contextlib.contextmanager
+def stock_predict(policy: nn.Module) -> Iterator[bool]:
+    """Within the block, a stock policy's ``_predict`` (what SB3's ``predict`` calls after its checks and before
+    reshaping) draws through :class:`~torchrl_mask.distributions.MaskedCategoricals`: sb3-contrib's actions bit
+    for bit, the same random numbers consumed, without distribution objects. Anything else, a policy whose
+    ``get_distribution`` or ``_predict`` is replaced on the instance included, keeps sb3-contrib's path. Restored
+    on exit, so a copy of the policy never holds a method bound to this one.
+
+    :param policy: the model's policy.
+    :return: (as the ``with`` target) whether ``_predict`` was replaced.
+    """
+    inline = stock_policy(policy) and not {"get_distribution", "_predict"} & set(vars(policy))
+    if inline:
+        assert isinstance(policy, MaskableActorCriticPolicy)  # stock_policy: one of its exact classes
+        dist = MaskedCategoricals(mask_spec(policy.action_space).groups)
+        policy._predict = functools.partial(_stock_predict, policy, dist)  # type: ignore[method-assign]
+    try:
+        yield inline
+    finally:
+        if inline:
+            vars(policy).pop("_predict", None)
