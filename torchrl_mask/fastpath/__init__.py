@@ -1,7 +1,8 @@
 """Every place that runs another library's code in our own version, for speed, with the same bits.
 
 - ``stock``: when sb3-contrib's stock policy may run without its wrappers, its network's half of the forward, and
-  ``predict``'s draw through the one masked distribution, swapped in for one ``predict`` call;
+  ``predict``'s draw through the one masked distribution, swapped in for one ``predict`` call (not for speed:
+  so that every draw of the package is :mod:`torchrl_mask.distributions`' own);
 - ``evaluation``: ``train()``'s ``evaluate_actions`` on the one masked distribution, swapped in for one ``train()``
   call and restored after it;
 - ``adam``: ``torch.optim.Adam``'s step for the policy's parameters, swapped in the same way.
