@@ -81,7 +81,7 @@ class MaskedCategoricals:
             slice(block[0], block[-1] + 1) if block == list(range(block[0], block[-1] + 1)) else block
             for block in self._blocks
         ]
-        self._masked_logit = torch.tensor(MASKED_LOGIT)  # remade in the logits' dtype and device when they differ
+        self._masked_logit: torch.Tensor | None = None  # made on first use, in the logits' dtype and device
 
     def blocks(self, rows: torch.Tensor) -> list[torch.Tensor]:
         """``rows`` ``(B, width)`` (logits or a mask) as blocks ``(B, G_k, n_k)``, views where the sizes are even.
@@ -105,7 +105,7 @@ class MaskedCategoricals:
         if mask is None:
             return [_normalised(block) for block in original]
         masked_logit = self._masked_logit
-        if masked_logit.dtype != logits.dtype or masked_logit.device != logits.device:
+        if masked_logit is None or masked_logit.dtype != logits.dtype or masked_logit.device != logits.device:
             masked_logit = self._masked_logit = torch.tensor(MASKED_LOGIT, dtype=logits.dtype, device=logits.device)
         return [
             _normalised(torch.where(block_mask, block, masked_logit))

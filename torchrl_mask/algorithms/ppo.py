@@ -122,9 +122,11 @@ class MaskablePPO(_SB3ContribMaskablePPO):
             observation = flatten_observation(observation)
         if action_masks is None and isinstance(observation, Mapping) and st.ACTION_MASK in observation:
             action_masks = np.asarray(observation[st.ACTION_MASK])  # where learn() reads it too
+        groups = None
         if action_masks is not None:  # add()'s check: the right size, 0/1 entries, a choice in every sub-action
-            masks = np.asarray(action_masks)
-            action_masks = np.asarray(mask_spec(self.action_space).check(masks, 1 if masks.ndim == 1 else len(masks)))
+            spec = mask_spec(self.action_space)
+            groups, masks = spec.groups, np.asarray(action_masks)
+            action_masks = np.asarray(spec.check(masks, 1 if masks.ndim == 1 else len(masks)))
         elif self.env is not None and is_masking_supported(self.env):
             warnings.warn(
                 "predict() without action_masks on an env that has masks draws from every action, illegal ones "
@@ -134,7 +136,7 @@ class MaskablePPO(_SB3ContribMaskablePPO):
                 UnmaskedPredictWarning,
                 stacklevel=2,
             )
-        with stock_predict(self.policy):  # the one masked distribution draws, as in the rollouts
+        with stock_predict(self.policy, groups):  # the one masked distribution draws, as in the rollouts
             return super().predict(observation, state, episode_start, deterministic, action_masks)  # type: ignore[arg-type]
 
     def _setup_model(self) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -227,7 +227,7 @@ def _stock_predict(
 
 
 @contextlib.contextmanager
-def stock_predict(policy: nn.Module) -> Iterator[bool]:
+def stock_predict(policy: nn.Module, groups: Sequence[int] | None = None) -> Iterator[bool]:
     """Within the block, a stock policy's ``_predict`` (what SB3's ``predict`` calls after its checks and before
     reshaping) draws through :class:`~torchrl_mask.distributions.MaskedCategoricals`: sb3-contrib's actions bit
     for bit, the same random numbers consumed, without distribution objects. Anything else, a policy whose
@@ -235,12 +235,13 @@ def stock_predict(policy: nn.Module) -> Iterator[bool]:
     on exit, so a copy of the policy never holds a method bound to this one.
 
     :param policy: the model's policy.
+    :param groups: the sub-actions' sizes of its action space (``MaskSpec.groups``), if the caller has them.
     :return: (as the ``with`` target) whether ``_predict`` was replaced.
     """
     inline = stock_policy(policy) and not {"get_distribution", "_predict"} & set(vars(policy))
     if inline:
         assert isinstance(policy, MaskableActorCriticPolicy)  # stock_policy: one of its exact classes
-        dist = MaskedCategoricals(mask_spec(policy.action_space).groups)
+        dist = MaskedCategoricals(mask_spec(policy.action_space).groups if groups is None else groups)
         policy._predict = functools.partial(_stock_predict, policy, dist)  # type: ignore[method-assign]
     try:
         yield inline
