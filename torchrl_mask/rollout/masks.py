@@ -131,30 +131,21 @@ class MaskSpec:
         """
         n_rows = actions.shape[0]
         choices = actions.reshape(n_rows, len(self.groups))
+        self._check_choices(choices, row_label)
+        if rows is None:
+            return
         allowed: MaskArray
-        if type(choices) is np.ndarray and choices.dtype == np.int64 and type(rows) in (np.ndarray, type(None)):
-            # The common case (every add of a VecEnv rollout): four numpy calls, nothing allocated. Seen as
-            # unsigned, a negative choice is a huge one, so one max (groups of one size) or one comparison checks
-            # both bounds; then each choice's own mask entry is gathered into a scratch array.
-            unsigned = choices.view(np.uint64)
-            if choices.size and not (
-                unsigned.max() < self.groups[0] if self._uniform else (unsigned < self._unsigned_limits).all()
-            ):
-                raise self._action_error(choices, None, row_label)
-            if rows is None:
-                return
+        if type(choices) is np.ndarray and choices.dtype == np.int64 and type(rows) is np.ndarray:
+            # The common case (every add of a VecEnv rollout): each choice's own mask entry gathered into a
+            # scratch array, with nothing allocated.
             index, allowed = self._scratch_for(n_rows)
             np.add(choices, self._flat_starts(n_rows), out=index)
-            cast(np.ndarray, rows).take(index, out=allowed)
+            rows.take(index, out=allowed)
+        elif isinstance(choices, np.ndarray):
+            allowed = rows.take(choices.astype(np.int64) + self._flat_starts(n_rows))
         else:
-            self._check_choices(choices, row_label)
-            if rows is None:
-                return
-            if isinstance(choices, np.ndarray):
-                allowed = rows.take(choices.astype(np.int64) + self._flat_starts(n_rows))
-            else:
-                index_t = choices.long() + torch.as_tensor(self._starts, device=choices.device)
-                allowed = torch.as_tensor(rows, device=choices.device).gather(1, index_t)
+            index_t = choices.long() + torch.as_tensor(self._starts, device=choices.device)
+            allowed = torch.as_tensor(rows, device=choices.device).gather(1, index_t)
         if bool(allowed.all()):
             return
         self.check(rows, n_rows, row_label)  # an empty row is the mask's fault: say that first
@@ -163,9 +154,12 @@ class MaskSpec:
     def _check_choices(self, choices: MaskArray, row_label: Callable[[int], str] | None) -> None:
         """Each choice integral and in its group's range ``[0, n)``; bool, integer, float or tensor choices."""
         if isinstance(choices, np.ndarray) and choices.dtype.kind in "iu":
-            # Seen as unsigned, a negative choice is a huge one: one comparison checks both bounds.
+            # Seen as unsigned, a negative choice is a huge one: one max (groups of one size) or one comparison
+            # checks both bounds.
             unsigned = choices.view(f"u{choices.dtype.itemsize}") if choices.dtype.kind == "i" else choices
-            if not (unsigned < self._unsigned_limits).all():
+            if choices.size and not (
+                unsigned.max() < self.groups[0] if self._uniform else (unsigned < self._unsigned_limits).all()
+            ):
                 raise self._action_error(choices, None, row_label)
             return
         limits: MaskArray = self._limits
