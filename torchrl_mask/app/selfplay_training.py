@@ -18,7 +18,6 @@ per game env per rollout. It writes to the output folder:
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -27,8 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 from sb3_contrib.common.maskable.evaluation import evaluate_policy
-from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
-from stable_baselines3.common.logger import HumanOutputFormat, Logger
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
 from torchrl.collectors import BaseCollector, Collector, MultiSyncCollector
@@ -39,6 +37,7 @@ from torchrl_mask.algorithms.selfplay import SelfPlayPolicy
 from torchrl_mask.app import run_folder
 from torchrl_mask.app.config import TrainConfig, TrainingInterrupted, UsageError, check_config, check_device
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
+from torchrl_mask.app.training import checkpoint_files, checkpoints, quiet_logger
 from torchrl_mask.torchrl.pettingzoo import TurnBasedEnv, make_game
 from torchrl_mask.torchrl.pettingzoo_players import SeatEnv
 
@@ -144,17 +143,8 @@ def _model(config: TrainConfig, game: str, device: str) -> MaskablePPO:
         model = MaskablePPO(config.hyperparams.get("policy", "MlpPolicy"), DummyVecEnv([partial(SeatEnv, game)]),
                             **common, **kwargs)  # fmt: skip
     if tensorboard_log is None:
-        # SB3's logger without TensorBoard, and without the empty /tmp/SB3-<date> folder learn() would leave.
-        model.set_logger(Logger(None, [HumanOutputFormat(sys.stdout)] if config.verbose >= 1 else []))
+        quiet_logger(model, config)
     return model
-
-
-def _callbacks(config: TrainConfig, rates: WinRates, out: Path) -> list[BaseCallback]:
-    """The win rates, and rl-zoo3's checkpoints every ``save_freq`` moves (over all games)."""
-    if config.save_freq <= 0:
-        return [rates]
-    every = max(config.save_freq // config.n_envs, 1)
-    return [rates, CheckpointCallback(every, str(out), name_prefix="rl_model", verbose=config.verbose)]
 
 
 def _write_curve(out: Path, curve: list[dict[str, Any]]) -> None:
@@ -233,7 +223,7 @@ def train(config: TrainConfig) -> SelfPlayResult:
         rates = WinRates(game, every, EVAL_POINT_GAMES, config.seed + EVAL_SEED_OFFSET)
         collector = _collector(config, model, game, config.pool_size)
         try:  # learn() shuts the collector and its workers down, also on an interrupt
-            model.learn(config.n_timesteps, _callbacks(config, rates, out), progress_bar=config.progress_bar,
+            model.learn(config.n_timesteps, [rates, *checkpoints(config, out)], progress_bar=config.progress_bar,
                         collector=collector, reset_num_timesteps=config.trained_agent is None)  # fmt: skip
         except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: keep what was trained, then say so
             model.save(out / "model.zip")
@@ -254,5 +244,5 @@ def train(config: TrainConfig) -> SelfPlayResult:
                       "illegal_moves": evaluation["illegal_moves"]}  # fmt: skip
         _write(out, config, evaluation, rates.points)
     files = ["model.zip", "evaluation.json", "learning_curve.png"] + (["win_rates.csv"] if rates.points else [])
-    files += sorted(path.name for path in out.glob("rl_model_*_steps.zip"))
+    files += checkpoint_files(out)
     return SelfPlayResult(model, out, evaluation, rates.points, files)

@@ -245,18 +245,41 @@ def _build_model(config: TrainConfig, plan: _Plan, env: VecEnv) -> MaskablePPO |
     else:
         model = algorithm(plan.policy, env, device=plan.device, **common, **plan.model_kwargs)
     if tensorboard_log is None:
-        # SB3's own logger choice without TensorBoard (stdout when verbose), but not its empty /tmp/SB3-<date>
-        # folder, which learn() would otherwise leave behind at every run.
-        model.set_logger(Logger(None, [HumanOutputFormat(sys.stdout)] if config.verbose >= 1 else []))
+        quiet_logger(model, config)
     return model
+
+
+def quiet_logger(model: Any, config: TrainConfig) -> None:
+    """SB3's own logger choice without TensorBoard (stdout when verbose), but not its empty /tmp/SB3-<date>
+    folder, which ``learn()`` would otherwise leave behind at every run.
+
+    :param model: the model, made without ``tensorboard_log``.
+    :param config: the run.
+    """
+    model.set_logger(Logger(None, [HumanOutputFormat(sys.stdout)] if config.verbose >= 1 else []))
+
+
+def checkpoints(config: TrainConfig, out: Path) -> list[BaseCallback]:
+    """rl-zoo3's checkpoints (SB3's ``CheckpointCallback``): ``rl_model_<steps>_steps.zip`` in ``out`` every
+    ``save_freq`` env steps over all envs; none for ``save_freq`` 0.
+
+    :param config: the run.
+    :param out: the output folder.
+    """
+    if config.save_freq <= 0:
+        return []
+    every = max(config.save_freq // config.n_envs, 1)
+    return [CheckpointCallback(every, str(out), name_prefix="rl_model", verbose=config.verbose)]
+
+
+def checkpoint_files(out: Path) -> list[str]:
+    """The checkpoints :func:`checkpoints` wrote into ``out``, by name."""
+    return sorted(path.name for path in out.glob("rl_model_*_steps.zip"))
 
 
 def _callbacks(config: TrainConfig, out: Path) -> list[BaseCallback]:
     """rl-zoo3's: checkpoints and periodic evaluation, their frequencies in env steps over all envs."""
-    callbacks: list[BaseCallback] = []
-    if config.save_freq > 0:
-        every = max(config.save_freq // config.n_envs, 1)
-        callbacks.append(CheckpointCallback(every, str(out), name_prefix="rl_model", verbose=config.verbose))
+    callbacks = checkpoints(config, out)
     if config.eval_freq > 0:
         eval_env = make_vec_env(
             make_masked_env, n_envs=1, seed=config.seed + EVAL_SEED_OFFSET, env_kwargs={"env_id": config.env_id}
@@ -360,7 +383,7 @@ def train(config: TrainConfig) -> TrainResult:
             (out / "evaluation.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
         except KeyboardInterrupt as stop:  # while evaluating: the model is saved already
             raise TrainingInterrupted(out, model.num_timesteps) from stop
-    files = [*OUTPUT_FILES, *sorted(path.name for path in out.glob("rl_model_*_steps.zip"))]
+    files = [*OUTPUT_FILES, *checkpoint_files(out)]
     files += [name for name in ("best_model.zip", "evaluations.npz") if (out / name).exists()]
     return TrainResult(model=model, out=out, evaluation=evaluation, curve=curve, files=files)
 
