@@ -205,9 +205,9 @@ def _head_extra_seconds(space: spaces.Space, rows: int, grad: bool, repeat: int)
     return medians[0] - medians[1]
 
 
-def _mask_storage_seconds(space: spaces.Space, args: argparse.Namespace, batch_size: int, repeat: int) -> tuple[
-    float, float
-]:  # fmt: skip
+def _mask_storage_seconds(
+    space: spaces.Space, args: argparse.Namespace, batch_size: int, repeat: int
+) -> tuple[float, float]:
     """Seconds of keeping the masks for ``train()``, the least any masked learner does: storing one step's
     ``(n_envs, mask_width)`` bool masks in a rollout's array, and gathering a minibatch's ``(batch_size,
     mask_width)`` rows by index from it as a tensor; median of ``repeat`` each. Unmasked PPO does neither.
