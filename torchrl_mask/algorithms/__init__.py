@@ -3,10 +3,10 @@
 - ``ppo``: sb3-contrib's ``MaskablePPO`` with this package's rollout buffer (``rollout_buffer_class``), and
   ``collect_rollouts`` choosing the source;
 - ``vecenv_source``: the rollout from an SB3 VecEnv (the default path);
-- ``collector_source``: the rollout from a TorchRL collector batch; ``collectors``: ``learn_from_collector``;
-- ``selfplay``: ``SelfPlayPolicy`` and the rollout of a turn-based game, split by seat (self-play, snapshot pools);
+- ``collector_source``: the rollout from a TorchRL collector batch (a collector's policy module may name its own
+  reader, as self-play's does); ``collectors``: ``learn_from_collector``;
 - ``recurrent_ppo``, ``recurrent_policies``: sb3-contrib's ``RecurrentPPO`` with action masks.
 
 May import: :mod:`torchrl_mask.rollout`, :mod:`torchrl_mask.distributions`, :mod:`torchrl_mask.fastpath`,
-:mod:`torchrl_mask.torchrl`; never :mod:`torchrl_mask.app` or :mod:`torchrl_mask.bench`.
+:mod:`torchrl_mask.torchrl`; never :mod:`torchrl_mask.games`, :mod:`torchrl_mask.app` or :mod:`torchrl_mask.bench`.
 """
