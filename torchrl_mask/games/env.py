@@ -47,13 +47,34 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-__all__ = ["TurnBasedEnv", "game_spaces", "make_game"]
+__all__ = ["TurnBasedEnv", "game_seed", "game_spaces", "make_game"]
 
 SEAT = "seat"
 SEAT_REWARD = "seat_reward"
 LEARNER_SEAT = "learner_seat"
 OPPONENT = "opponent"
 _DONE_KEYS = ("done", "terminated", "truncated")
+SEED_RANGE = 2**31  # hanabi's reset(seed=) (OpenSpiel, a C++ int) takes 0 to 2**31 - 1
+
+
+def game_seed(seed: int | None) -> int | None:
+    """The seed a game's ``reset(seed=)`` is given for a seed TorchRL (or a user) hands out.
+
+    Seeds in ``[0, 2**31)`` pass unchanged; any other integer (``SerialEnv.set_seed`` hands sub-envs seeds up to
+    ``2**64``, and hanabi's OpenSpiel takes at most ``2**31 - 1``) is hashed into that range by numpy's
+    ``SeedSequence``: deterministic, and distinct large seeds stay apart instead of wrapping onto small ones.
+
+    :param seed: any integer, or None (the game draws its own).
+    :return: a seed in ``[0, 2**31)``, or None.
+    """
+    if seed is None or 0 <= seed < SEED_RANGE:
+        return seed
+    return int(np.random.SeedSequence(abs(seed), spawn_key=(int(seed < 0),)).generate_state(1)[0] % SEED_RANGE)
+
+
+def _tensor(array: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A tensor of a game's array; chess flips black's view with ``np.flip`` (negative strides), so copy those."""
+    return torch.as_tensor(np.ascontiguousarray(array), dtype=dtype)
 
 
 def make_game(game: str | Any) -> Any:
@@ -66,6 +87,12 @@ def make_game(game: str | Any) -> Any:
     :raises ValueError: no classic game of that name.
     """
     if not isinstance(game, str):
+        if not hasattr(game, "agent_iter"):
+            raise ValueError(
+                f"{type(game).__name__} is not a PettingZoo AEC env (agent_iter, last, step): TurnBasedEnv plays games "
+                "of turns; a simultaneous-move (parallel) game has none. Use a turn-based game with action masks "
+                "(tictactoe_v3, connect_four_v3, leduc_holdem_v4, chess_v6, ...)."
+            )
         return game
     name = game.removeprefix("pettingzoo:")
     if importlib.util.find_spec("pettingzoo") is None:
@@ -97,8 +124,10 @@ def game_spaces(game: Any) -> tuple[spaces.Box, spaces.Discrete]:
     observation_space = game.observation_space(agent)
     if not isinstance(observation_space, spaces.Dict) or "action_mask" not in observation_space.spaces:
         raise ValueError(
-            f"The game's observations are {observation_space!r}; TurnBasedEnv needs PettingZoo's masked Dict "
-            "observations ({'observation': Box, 'action_mask': ...}), as the classic games have."
+            f"The game's observations are {observation_space!r}, without an action mask: TurnBasedEnv needs "
+            "PettingZoo's masked Dict observations ({'observation': Box, 'action_mask': ...}). Use a game that has "
+            "them (tictactoe_v3, connect_four_v3, leduc_holdem_v4, texas_holdem_v4, texas_holdem_no_limit_v6, "
+            "chess_v6, go_v5, hanabi_v5), or a gymnasium env for a single-agent task."
         )
     action_space = game.action_space(agent)
     if not isinstance(action_space, spaces.Discrete):
@@ -136,8 +165,12 @@ class TurnBasedEnv(EnvBase):
         n_seats, n_actions = len(self.seats), int(action_space.n)
         low, high = (torch.as_tensor(bound) for bound in (observation_space.low, observation_space.high))
         dtype = torch.as_tensor(np.zeros((), observation_space.dtype)).dtype
+        bounded = bool(torch.isfinite(low.double()).all() and torch.isfinite(high.double()).all())  # hanabi: ±inf
+        view = (
+            Bounded(low, high, observation_space.shape, dtype=dtype) if bounded else Unbounded(low.shape, dtype=dtype)
+        )
         entries: dict[str, Any] = {
-            "observation": Bounded(low, high, shape=observation_space.shape, dtype=dtype),
+            "observation": view,
             "action_mask": Binary(n_actions, dtype=torch.bool),
             SEAT: Categorical(n_seats, shape=(), dtype=torch.int64),
             SEAT_REWARD: Unbounded((n_seats,), dtype=torch.float32),
@@ -165,8 +198,8 @@ class TurnBasedEnv(EnvBase):
         observation = game.observe(mover)
         td = TensorDict(
             {
-                "observation": torch.as_tensor(np.asarray(observation["observation"])),
-                "action_mask": torch.as_tensor(np.asarray(observation["action_mask"]), dtype=torch.bool),
+                "observation": _tensor(observation["observation"]),
+                "action_mask": _tensor(observation["action_mask"], dtype=torch.bool),
                 SEAT: torch.tensor(self.seats.index(mover)),
                 SEAT_REWARD: torch.tensor(rewards or [0.0] * len(self.seats), dtype=torch.float32),
                 "is_init": torch.tensor([rewards is None]),
@@ -179,7 +212,7 @@ class TurnBasedEnv(EnvBase):
         return td
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
-        self.game.reset(seed=self._seed)
+        self.game.reset(seed=game_seed(self._seed))
         self._seed = None  # seeded once; later games follow the game's own generator
         if self.opponents > 0:
             self._draw = torch.tensor([self._rng.integers(len(self.seats)), self._rng.integers(self.opponents)])
