@@ -1,65 +1,232 @@
-"""The evaluation ladder of turn-based games: a trained model against the fixed players, by win rate.
+"""Evaluation of turn-based games: one loop plays any players against each other, seat by seat.
 
-- :func:`evaluate_games`: win, draw and loss rates of a model against one fixed player, each seat half of the games;
-- :class:`WinRates`: an SB3 callback measuring them during training.
+- :func:`play_games`: the loop, over PettingZoo's AEC API (``agent_iter``, ``last``, ``step``); a player is a
+  function ``(observation, mask, rng) -> action`` (:mod:`~torchrl_mask.games.players`,
+  :mod:`~torchrl_mask.games.search`), a trained model too (:func:`model_player`). The evaluated player takes each
+  seat in turn, game by game; a game may end before it ever moves (a poker opponent folds first), and counts;
+- :func:`evaluate_games`: a model against one opponent of its game's ladder (:mod:`~torchrl_mask.games.ladder`),
+  summarised by the ladder's metric as a JSON-able dict; :func:`evaluate_ladder`: against every opponent;
+- :class:`WinRates`: an SB3 callback measuring the ladder during training.
+
+The same seed gives the same numbers: the games' deals and every player's random choices come from one generator
+seeded by it, and the model plays deterministically.
 
 Example:
     >>> from torchrl_mask import MaskablePPO, SeatEnv
     >>> model = MaskablePPO("MlpPolicy", SeatEnv("tictactoe_v3"), n_steps=64, batch_size=32, seed=0)
-    >>> sorted(evaluate_games(model, "tictactoe_v3", "random", games=4, seed=0))
-    ['draw', 'illegal_moves', 'loss', 'win']
+    >>> result = evaluate_games(model, "tictactoe_v3", "perfect", games=4, seed=0)
+    >>> result["metric"], result["win"], result["illegal_moves"], sorted(result["seats"])
+    ('win_rate', 0.0, 0, ['player_1', 'player_2'])
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sb3_contrib.common.maskable.evaluation import evaluate_policy
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.monitor import Monitor
 
-from torchrl_mask.games.seat_env import SeatEnv
+from torchrl_mask.games.env import SEED_RANGE, make_game
+from torchrl_mask.games.ladder import LADDERS, ladder
+from torchrl_mask.games.players import Player
 
 if TYPE_CHECKING:
-    from torchrl_mask.algorithms.ppo import MaskablePPO
+    from stable_baselines3.common.base_class import BaseAlgorithm
 
-__all__ = ["EVAL_POINTS", "EVAL_POINT_GAMES", "OPPONENTS", "WinRates", "evaluate_games"]
+__all__ = [
+    "EVAL_POINTS",
+    "EVAL_POINT_GAMES",
+    "OPPONENTS",
+    "GameRecord",
+    "WinRates",
+    "evaluate_games",
+    "evaluate_ladder",
+    "model_player",
+    "play_games",
+]
 
-OPPONENTS = ("random", "heuristic")
-EVAL_POINTS = 10  # win-rate measurements during training
+OPPONENTS = ("random", "heuristic")  # the opponents of the board games' plot in app/selfplay_training.py
+EVAL_POINTS = 10  # measurements during training
 EVAL_POINT_GAMES = 50  # games per opponent at each of them
 
 
-def evaluate_games(model: MaskablePPO, game: str, opponent: str, games: int, seed: int) -> dict[str, Any]:
-    """Win, draw and loss rates of the model (deterministic, masked) against a fixed player.
+@dataclass
+class GameRecord:
+    """One game of :func:`play_games`.
 
-    The model takes the first seat in every other game (:class:`~torchrl_mask.SeatEnv` alternates), and plays
-    through sb3-contrib's ``evaluate_policy`` with ``use_masking=True``.
-
-    :param model: the trained model.
-    :param game: the game's name (``"tictactoe_v3"``).
-    :param opponent: ``"random"`` or ``"heuristic"``.
-    :param games: games to play.
-    :param seed: seeds the games and the opponent.
-    :return: ``{"win", "draw", "loss"}`` as fractions of ``games``, and ``"illegal_moves"``, the model's.
+    :param seat: the evaluated player's seat index (``possible_agents`` order).
+    :param returns: every seat's return (the sum of its rewards over the game), ``(n_seats,)``.
+    :param moves: every seat's moves, ``(n_seats,)``.
+    :param illegal: every seat's illegal moves, ``(n_seats,)`` (PettingZoo ends the game at the first).
     """
-    env = SeatEnv(game, opponent=opponent)
-    env.reset(seed=seed)
-    returns, _ = evaluate_policy(model, Monitor(env), n_eval_episodes=games, deterministic=True,
-                                 return_episode_rewards=True, use_masking=True)  # fmt: skip
-    result = np.sign(np.asarray(returns, dtype=float))
-    return {"win": float(np.mean(result > 0)), "draw": float(np.mean(result == 0)),
-            "loss": float(np.mean(result < 0)), "illegal_moves": env.illegal_moves}  # fmt: skip
+
+    seat: int
+    returns: np.ndarray
+    moves: np.ndarray
+    illegal: np.ndarray
+
+
+def model_player(model: BaseAlgorithm) -> Player:
+    """A trained model as a player: ``model.predict`` with the mask, deterministic.
+
+    :param model: a MaskablePPO (or any model whose ``predict`` takes ``action_masks=``).
+    :return: the player.
+    """
+
+    def player(observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
+        action, _ = model.predict(observation, action_masks=mask, deterministic=True)  # type: ignore[call-arg]
+        return int(np.asarray(action).reshape(()))
+
+    return player
+
+
+def _play(game: Any, seating: list[Player], seed: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """One game with ``seating[i]`` in seat ``i``: every seat's return, moves and illegal moves."""
+    seats = list(game.possible_agents)
+    returns, moves, illegal = np.zeros(len(seats)), np.zeros(len(seats), int), np.zeros(len(seats), int)
+    game.reset(seed=seed)
+    for agent in game.agent_iter():
+        observation, reward, terminated, truncated, _ = game.last()
+        index = seats.index(agent)
+        returns[index] += float(reward)
+        if terminated or truncated:
+            game.step(None)
+            continue
+        mask = np.asarray(observation["action_mask"], dtype=bool)
+        action = seating[index](np.asarray(observation["observation"]), mask, rng)
+        illegal[index] += int(not 0 <= action < len(mask) or not mask[action])
+        moves[index] += 1
+        game.step(action)  # an illegal move is played: PettingZoo's classic games end the game, a loss for it
+    return returns, moves, illegal
+
+
+def play_games(game: str | Any, player: Player, opponent: Player | None, games: int, seed: int) -> list[GameRecord]:
+    """Play ``player`` against ``opponent`` in every other seat, ``games`` times, the player's seat in turn.
+
+    Game ``i`` seats the player at ``i % n_seats`` (each seat the same share of the games) and the opponent in
+    the others. Games are dealt and the players draw from one generator seeded by ``seed``.
+
+    :param game: a ``pettingzoo.classic`` game's name or an AEC env
+        (:func:`~torchrl_mask.games.env.make_game`).
+    :param player: the evaluated player.
+    :param opponent: the other seats' player; None: ``player`` itself (a cooperative game's partners).
+    :param games: games to play.
+    :param seed: seeds the games and the players.
+    :return: one record per game.
+    """
+    env = make_game(game)
+    rng = np.random.default_rng(seed)
+    n_seats = len(env.possible_agents)
+    records = []
+    for index in range(games):
+        seat = index % n_seats
+        seating = [player if s == seat or opponent is None else opponent for s in range(n_seats)]
+        returns, moves, illegal = _play(env, seating, int(rng.integers(SEED_RANGE)), rng)
+        records.append(GameRecord(seat, returns, moves, illegal))
+    return records
+
+
+def _summary(metric: str, results: np.ndarray) -> dict[str, float]:
+    """The metric over the player's returns ``(games,)``: win/draw/loss shares, or mean and std."""
+    if metric == "win_rate":
+        sign = np.sign(results)
+        return {"win": float(np.mean(sign > 0)), "draw": float(np.mean(sign == 0)), "loss": float(np.mean(sign < 0))}
+    return {"mean": float(np.mean(results)), "std": float(np.std(results))}
+
+
+def summarise(records: list[GameRecord], seats: list[str], metric: str) -> dict[str, Any]:
+    """The player's results: the metric over all games and per seat, illegal moves, games.
+
+    :param records: :func:`play_games`'s records.
+    :param seats: the game's ``possible_agents``.
+    :param metric: ``"win_rate"``, ``"chips"`` or ``"score"``.
+    :return: the metric's values (``win``/``draw``/``loss`` or ``mean``/``std``), ``"illegal_moves"`` (the
+        player's), ``"games"`` and ``"seats"``: per seat name, its games, the metric's values and
+        ``"games_over_before_moving"`` (games that ended before the player's first move in that seat).
+    """
+    results = np.array([record.returns[record.seat] for record in records])
+    per_seat: dict[str, Any] = {}
+    for index, name in enumerate(seats):
+        mine = [record for record in records if record.seat == index]
+        if mine:
+            per_seat[name] = {
+                "games": len(mine),
+                **_summary(metric, np.array([record.returns[index] for record in mine])),
+                "games_over_before_moving": sum(int(record.moves[index] == 0) for record in mine),
+            }
+    illegal = sum(int(record.illegal[record.seat]) for record in records)
+    return {**_summary(metric, results), "illegal_moves": illegal, "games": len(records), "seats": per_seat}
+
+
+def evaluate_games(model: BaseAlgorithm | Player, game: str, opponent: str, games: int, seed: int) -> dict[str, Any]:
+    """A model (or a player) against one opponent of its game's ladder, summarised by the ladder's metric.
+
+    :param model: the trained model (played by :func:`model_player`) or a player function.
+    :param game: the game's name (``"tictactoe_v3"``, ``"pettingzoo:leduc_holdem_v4"``).
+    :param opponent: an opponent name of the game's ladder (:func:`~torchrl_mask.games.ladder.ladder`).
+    :param games: games to play, the model in each seat the same share of them.
+    :param seed: seeds the games and the players.
+    :return: ``{"opponent", "metric", "unit"}``, then :func:`summarise`'s entries. For an opponent that does not
+        fit the game (``"heuristic"`` for go), ``{"opponent", "skipped": why, "ladder": the game's opponents,
+        "illegal_moves": 0, "games": 0}`` instead: the evaluation says so rather than raising.
+    :raises ValueError: an opponent name no game knows.
+    """
+    board = ladder(game)
+    head: dict[str, Any] = {"opponent": opponent}
+    if opponent not in board.opponents:
+        known = {name for entry in LADDERS.values() for name in entry.opponents}
+        if opponent not in known and opponent not in board.missing:
+            raise ValueError(f"opponent={opponent!r} is in no game's ladder; {game}'s are {sorted(board.opponents)}.")
+        reason = board.missing.get(opponent, f"{opponent!r} is not an opponent of {game}")
+        return {**head, "skipped": reason, "ladder": sorted(board.opponents), "illegal_moves": 0, "games": 0}
+    player = model if callable(model) else model_player(model)
+    records = play_games(game, player, board.opponents[opponent], games, seed)
+    seats = list(make_game(game).possible_agents)
+    return {**head, "metric": board.metric, "unit": board.unit, **summarise(records, seats, board.metric)}
+
+
+def evaluate_ladder(model: BaseAlgorithm | Player, game: str, games: int, seed: int) -> dict[str, Any]:
+    """A model against every opponent of its game's ladder, each with the same seed.
+
+    :param model: the trained model or a player function.
+    :param game: the game's name.
+    :param games: games per opponent.
+    :param seed: seeds each opponent's games.
+    :return: ``{"metric", "unit", "vs_<opponent>": evaluate_games' dict, ..., "illegal_moves": total}``, with
+        ``"note"`` where the ladder lacks an opponent (``"no opponent beyond random fits chess_v6: ..."``).
+    """
+    board = ladder(game)
+    out: dict[str, Any] = {"metric": board.metric, "unit": board.unit}
+    if board.note:
+        out["note"] = board.note
+    for opponent in board.opponents:
+        out[f"vs_{opponent}"] = evaluate_games(model, game, opponent, games, seed)
+    out["illegal_moves"] = sum(out[f"vs_{opponent}"]["illegal_moves"] for opponent in board.opponents)
+    return out
+
+
+def point_values(result: dict[str, Any]) -> dict[str, float]:
+    """The numbers of one opponent's result that a curve plots: ``win``/``draw``/``loss``, or ``chips``/``score``.
+
+    :param result: :func:`evaluate_games`'s dict.
+    :return: name -> value.
+    """
+    if result["metric"] == "win_rate":
+        return {key: result[key] for key in ("win", "draw", "loss")}
+    return {result["metric"]: result["mean"]}
 
 
 class WinRates(BaseCallback):
-    """Measures the win rates against each fixed player every ``every`` moves trained on, at a rollout's end.
+    """Measures the model against its game's ladder every ``every`` moves trained on, at a rollout's end.
+
+    Each point is ``{"timestep", "vs_<opponent>_<value>": ...}`` with :func:`point_values`' names
+    (``vs_random_win``, ``vs_random_chips``, ``vs_self_score``).
 
     :param game: the game's name.
     :param every: moves trained on between measurements.
     :param games: games per opponent at each measurement.
-    :param seed: seeds the evaluation games.
+    :param seed: seeds the evaluation games (the same at every point).
     """
 
     def __init__(self, game: str, every: int, games: int, seed: int) -> None:
@@ -76,7 +243,7 @@ class WinRates(BaseCallback):
             return
         self._next = self.num_timesteps + self.every
         point: dict[str, Any] = {"timestep": self.num_timesteps}
-        for opponent in OPPONENTS:
-            rates = evaluate_games(self.model, self.game, opponent, self.games, self.seed)  # type: ignore[arg-type]
-            point.update({f"vs_{opponent}_{key}": rates[key] for key in ("win", "draw", "loss")})
+        for opponent in ladder(self.game).opponents:
+            result = evaluate_games(self.model, self.game, opponent, self.games, self.seed)
+            point.update({f"vs_{opponent}_{key}": value for key, value in point_values(result).items()})
         self.points.append(point)

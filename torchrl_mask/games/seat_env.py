@@ -2,8 +2,12 @@
 
 :class:`SeatEnv` has ``action_masks()`` (sb3-contrib's convention); its episode return is the seat's result (+1
 win, 0 draw, -1 loss in the classic games). It is the env a self-play ``MaskablePPO`` is built on (for its spaces)
-and evaluated on with sb3-contrib's ``evaluate_policy``
-(:mod:`torchrl_mask.games.evaluation`).
+and a way to train or test one seat against a fixed player. (The evaluation plays whole games through its own
+loop, :mod:`torchrl_mask.games.evaluation`, which also counts games that end before a seat moves.)
+
+A game can end before the seat ever moves (in poker the opponent may fold first): :meth:`reset` then deals the
+next game, seeded by the env's own generator, until the seat has a move, and counts the games it passed over in
+:attr:`games_over_before_moving` (their returns are not the episode's).
 
 Example:
     >>> env = SeatEnv("tictactoe_v3", opponent="heuristic", seat=0)
@@ -19,7 +23,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
-from torchrl_mask.games.env import game_spaces, make_game
+from torchrl_mask.games.env import SEED_RANGE, game_seed, game_spaces, make_game
 from torchrl_mask.games.players import PLAYERS, Player
 
 __all__ = ["SeatEnv"]
@@ -52,6 +56,7 @@ class SeatEnv(gym.Env):
         self.opponent: Player = opponent
         self.seat = seat
         self.illegal_moves = 0
+        self.games_over_before_moving = 0
         self._games = 0
         self._me = self.game.possible_agents[0]
 
@@ -78,11 +83,15 @@ class SeatEnv(gym.Env):
         :return: the seat's first observation and an empty info.
         """
         super().reset(seed=seed)
-        self.game.reset(seed=seed)
+        self.game.reset(seed=game_seed(seed))
         seats = self.game.possible_agents
         self._me = seats[self._games % len(seats) if self.seat is None else self.seat]
         self._games += 1
         self._others_play()
+        while self._over():  # the game ended before this seat moved: deal the next one
+            self.games_over_before_moving += 1
+            self.game.reset(seed=int(self.np_random.integers(SEED_RANGE)))
+            self._others_play()
         return self._observation(), {}
 
     def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:

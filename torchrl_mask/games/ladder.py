@@ -1,0 +1,103 @@
+"""The evaluation ladder of each game: which fixed players a trained model meets, and what is measured.
+
+One table, :data:`LADDERS`, read by :mod:`torchrl_mask.games.evaluation` (the final evaluation and the
+:class:`~torchrl_mask.games.evaluation.WinRates` callback during training):
+
+============================  =========  ===========================================  ==============================
+game                          metric     opponents                                    unit
+============================  =========  ===========================================  ==============================
+``tictactoe_v3``              win_rate   random, heuristic (win/block), perfect       result (+1 win, 0, -1 loss)
+``connect_four_v3``           win_rate   random, heuristic (win/block), negamax_2     result
+``leduc_holdem_v4``           chips      random                                       big blinds
+``texas_holdem_v4``           chips      random                                       big blinds
+``texas_holdem_no_limit_v6``  chips      random                                       chips (big blind 2)
+``chess_v6``                  win_rate   random                                       result
+``go_v5``                     win_rate   random                                       result
+``hanabi_v5``                 score      random (partner), self (the model as        fireworks score (0 when the
+                                         every seat)                                  lives run out)
+============================  =========  ===========================================  ==============================
+
+Metrics: ``win_rate`` is the share of games won, drawn and lost by the sign of the model's return; ``chips`` the
+mean and standard deviation of the model's return per game, in the unit PettingZoo's rewards are in (RLCard's
+payoffs: the limit games divide chips by the big blind, no-limit pays chips); ``score`` the mean of the
+shared return of a cooperative game. A game not in the table gets :data:`DEFAULT_LADDER` (a random legal
+player, win rates).
+
+Example:
+    >>> sorted(ladder("pettingzoo:connect_four_v3").opponents)
+    ['heuristic', 'negamax_2', 'random']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torchrl_mask.games.players import Player, one_ply_heuristic, random_legal
+from torchrl_mask.games.search import negamax, perfect_tictactoe
+
+__all__ = ["DEFAULT_LADDER", "LADDERS", "SELF", "Ladder", "ladder"]
+
+SELF = "self"  # the opponent name for the evaluated player in every other seat too (cooperative games)
+
+_NO_HEURISTIC = (
+    "no opponent beyond random fits {game}: the one-ply heuristic, negamax and minimax are defined for "
+    "tic-tac-toe and Connect Four boards only"
+)
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """One game's evaluation: its metric and its opponents, weakest first.
+
+    :param metric: ``"win_rate"``, ``"chips"`` or ``"score"`` (see the module).
+    :param opponents: name -> player; a None player is :data:`SELF`, the evaluated player in the other seats.
+    :param unit: what the game's rewards count.
+    :param note: what the ladder lacks and why (empty when nothing is missing).
+    :param missing: opponent name -> why it does not fit this game (asked for by name, the evaluation reports
+        this instead of raising).
+    """
+
+    metric: str
+    opponents: dict[str, Player | None]
+    unit: str = "result (+1 win, 0 draw, -1 loss)"
+    note: str = ""
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+def _random_only(game: str, metric: str = "win_rate", unit: str = "result (+1 win, 0 draw, -1 loss)") -> Ladder:
+    reason = _NO_HEURISTIC.format(game=game)
+    return Ladder(metric, {"random": random_legal}, unit, reason, {"heuristic": reason})
+
+
+LADDERS: dict[str, Ladder] = {
+    "tictactoe_v3": Ladder(
+        "win_rate", {"random": random_legal, "heuristic": one_ply_heuristic, "perfect": perfect_tictactoe}
+    ),
+    "connect_four_v3": Ladder(
+        "win_rate", {"random": random_legal, "heuristic": one_ply_heuristic, "negamax_2": negamax(2)}
+    ),
+    "leduc_holdem_v4": _random_only("leduc_holdem_v4", "chips", "big blinds"),
+    "texas_holdem_v4": _random_only("texas_holdem_v4", "chips", "big blinds"),
+    "texas_holdem_no_limit_v6": _random_only("texas_holdem_no_limit_v6", "chips", "chips (big blind 2)"),
+    "chess_v6": _random_only("chess_v6"),
+    "go_v5": _random_only("go_v5"),
+    "hanabi_v5": Ladder(
+        "score",
+        {"random": random_legal, SELF: None},
+        "fireworks score (0 when the lives run out)",
+        "cooperative: 'random' is a random legal partner, 'self' the model in every seat",
+        {"heuristic": _NO_HEURISTIC.format(game="hanabi_v5")},
+    ),
+}
+DEFAULT_LADDER = Ladder(
+    "win_rate", {"random": random_legal}, note="a game without a ladder of its own: a random legal player only"
+)
+
+
+def ladder(game: str) -> Ladder:
+    """The ladder of a game.
+
+    :param game: the game's name, optionally prefixed ``"pettingzoo:"``.
+    :return: its entry of :data:`LADDERS`, or :data:`DEFAULT_LADDER`.
+    """
+    return LADDERS.get(game.removeprefix("pettingzoo:"), DEFAULT_LADDER)
