@@ -5,8 +5,11 @@
   the reader that splits a collector's batch of alternating moves into each seat's trajectory
   (``SelfPlayPolicy.rollout_reader``, which ``MaskablePPO.learn(collector=...)`` uses);
 - ``players``: fixed players, functions ``(observation, mask, rng) -> action``;
+- ``search``: players that search the game tree (perfect tic-tac-toe, Connect Four's ``negamax(depth)``);
 - ``seat_env``: ``SeatEnv``, one seat of a game as a gymnasium env against a fixed player;
-- ``evaluation``: the evaluation ladder (win rates against the fixed players, during and after training).
+- ``ladder``: which opponents and which metric each game's evaluation has;
+- ``evaluation``: one loop over PettingZoo's AEC API for any players, a model against its game's ladder (during and
+  after training).
 
 May import: :mod:`torchrl_mask.rollout`, :mod:`torchrl_mask.distributions`, :mod:`torchrl_mask.torchrl`,
 :mod:`torchrl_mask.algorithms`; never :mod:`torchrl_mask.app` or :mod:`torchrl_mask.bench`. The algorithms never

@@ -38,6 +38,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-__all__ = ["TurnBasedEnv", "game_seed", "game_spaces", "make_game"]
+__all__ = ["TurnBasedEnv", "deal_seeds", "game_seed", "game_spaces", "make_game"]
 
 SEAT = "seat"
 SEAT_REWARD = "seat_reward"
@@ -70,6 +71,21 @@ def game_seed(seed: int | None) -> int | None:
     if seed is None or 0 <= seed < SEED_RANGE:
         return seed
     return int(np.random.SeedSequence(abs(seed), spawn_key=(int(seed < 0),)).generate_state(1)[0] % SEED_RANGE)
+
+
+def deal_seeds(seed: int) -> Iterator[int]:
+    """The seeds of a seeded env's successive games: ``game_seed(seed)``, then draws of ``default_rng(seed)``.
+
+    Every game is dealt with its own seed: hanabi (OpenSpiel) deals an unseeded reset afresh even after a seeded
+    one, so a game's own generator does not make the next games reproducible.
+
+    :param seed: the env's seed (``set_seed``).
+    :return: an endless iterator of seeds in ``[0, 2**31)``.
+    """
+    yield int(game_seed(seed))  # type: ignore[arg-type]
+    rng = np.random.default_rng(abs(seed))
+    while True:
+        yield int(rng.integers(SEED_RANGE))
 
 
 def _tensor(array: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -183,12 +199,12 @@ class TurnBasedEnv(EnvBase):
         self.action_spec = Categorical(n_actions, shape=(), dtype=torch.int64)
         self.reward_spec = Unbounded((1,), dtype=torch.float32)
         self.done_spec = Composite({key: Categorical(2, (1,), dtype=torch.bool) for key in _DONE_KEYS})
-        self._seed: int | None = None
+        self._deals: Iterator[int] | None = None
         self._rng = np.random.default_rng()
         self._draw = torch.zeros(2, dtype=torch.int64)
 
     def _set_seed(self, seed: int | None) -> None:
-        self._seed = seed
+        self._deals = None if seed is None else deal_seeds(seed)
         self._rng = np.random.default_rng(seed)
 
     def _view(self, rewards: list[float] | None = None) -> TensorDict:
@@ -212,8 +228,7 @@ class TurnBasedEnv(EnvBase):
         return td
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
-        self.game.reset(seed=game_seed(self._seed))
-        self._seed = None  # seeded once; later games follow the game's own generator
+        self.game.reset(seed=None if self._deals is None else next(self._deals))  # each game its own seed
         if self.opponents > 0:
             self._draw = torch.tensor([self._rng.integers(len(self.seats)), self._rng.integers(self.opponents)])
         td = self._view()
