@@ -4,7 +4,8 @@ Both are :data:`~torchrl_mask.games.players.Player` functions ``(observation, ma
 mover's own view (plane 0 its pieces, plane 1 the opponent's, as PettingZoo lays them out), and both break ties
 between equally good moves at random with ``rng``:
 
-- :func:`perfect_tictactoe`: minimax to the end of the game, memoised over the 5,478 positions; it never loses;
+- :func:`perfect_tictactoe`: minimax to the end of the game, memoised over the 5,478 positions; it never loses,
+  and of two wins it takes the sooner;
 - :func:`negamax`: ``negamax(depth)`` makes Connect Four's player of Kaggle ConnectX's kind: negamax over
   ``depth`` plies (one ply is one move), a win scored above any position and sooner wins above later ones, and
   at the horizon the window heuristic: every 4-cell window (69 of them on the 6x7 board) holding only the
@@ -43,21 +44,22 @@ def _won(pieces: int) -> bool:
 
 @cache
 def _tictactoe_value(mine: int, theirs: int) -> int:
-    """The value of a tic-tac-toe position for the mover under perfect play: +1 win, 0 draw, -1 loss.
+    """The value of a tic-tac-toe position for the mover under perfect play: positive a win, 0 a draw, negative
+    a loss, the larger the sooner the game is won (``1 +`` the cells left empty at its end).
 
     :param mine: the mover's cells as bits (cell ``3 * row + col``).
     :param theirs: the opponent's cells as bits.
     """
-    if _won(theirs):
-        return -1
     empty = [cell for cell in range(9) if not (mine | theirs) >> cell & 1]
+    if _won(theirs):
+        return -1 - len(empty)
     if not empty:
         return 0
     return max(-_tictactoe_value(theirs, mine | 1 << cell) for cell in empty)
 
 
 def perfect_tictactoe(observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
-    """A move of greatest minimax value, at random among equally good ones: it never loses.
+    """A move of greatest minimax value (a sooner win above a later one), at random among equally good ones.
 
     :param observation: the mover's view ``(3, 3, 2)``: its pieces, then the opponent's.
     :param mask: bool ``(9,)``, the legal moves (the empty cells).

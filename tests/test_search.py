@@ -1,0 +1,96 @@
+"""The players that search: perfect tic-tac-toe and Connect Four's negamax, on positions worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pettingzoo")
+
+from torchrl_mask.games.evaluation import play_games, summarise
+from torchrl_mask.games.players import one_ply_heuristic, random_legal
+from torchrl_mask.games.search import negamax, perfect_tictactoe, window_score
+
+TICTACTOE_SEATS = ["player_1", "player_2"]
+CONNECT_FOUR_SEATS = ["player_0", "player_1"]
+
+
+def _tictactoe(mine: list[int], theirs: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    board = np.zeros((9, 2), np.int8)
+    board[mine, 0], board[theirs, 1] = 1, 1
+    return board.reshape(3, 3, 2), ~board.any(-1)
+
+
+def _connect_four(mine: list[tuple[int, int]], theirs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    board = np.zeros((6, 7, 2), np.int8)
+    for plane, cells in ((0, mine), (1, theirs)):
+        for row, col in cells:
+            board[row, col, plane] = 1
+    return board, ~board[0].any(-1)
+
+
+def test_perfect_tictactoe_takes_its_win_before_blocking() -> None:
+    # X . X / O O . / . . .  with X to move: 1 wins now; 5 would only block O.
+    board, mask = _tictactoe([0, 2], [3, 4])
+    assert {perfect_tictactoe(board, mask, np.random.default_rng(seed)) for seed in range(10)} == {1}
+
+
+def test_perfect_tictactoe_answers_a_corner_opening_with_the_centre() -> None:
+    # Against a corner, every reply but the centre loses (a known result of tic-tac-toe).
+    board, mask = _tictactoe([], [0])
+    assert {perfect_tictactoe(board, mask, np.random.default_rng(seed)) for seed in range(10)} == {4}
+
+
+def test_perfect_tictactoe_breaks_ties_at_random_among_equal_moves() -> None:
+    board, mask = _tictactoe([], [])  # every first move draws under perfect play
+    moves = {perfect_tictactoe(board, mask, np.random.default_rng(seed)) for seed in range(30)}
+    assert len(moves) > 3
+
+
+def test_perfect_tictactoe_never_loses_to_random_and_draws_itself_in_both_seats() -> None:
+    against_random = summarise(play_games("tictactoe_v3", perfect_tictactoe, random_legal, 100, 0),
+                               TICTACTOE_SEATS, "win_rate")  # fmt: skip
+    assert against_random["loss"] == 0.0 and against_random["win"] > 0.7
+    assert all(seat["loss"] == 0.0 for seat in against_random["seats"].values())
+    itself = summarise(play_games("tictactoe_v3", perfect_tictactoe, perfect_tictactoe, 20, 0),
+                       TICTACTOE_SEATS, "win_rate")  # fmt: skip
+    assert itself["draw"] == 1.0
+
+
+def test_window_score_counts_open_windows_by_hand() -> None:
+    boards = np.zeros((3, 42), np.int8)
+    boards[0, [35, 36]] = 1  # bottom row, columns 0-1: one open window holds both (columns 0-3) -> 1
+    boards[1, [35, 36, 37]] = 1  # columns 0-2: windows 0-3 (three, 10) and 1-4 (two, 1) -> 11
+    boards[2, [35, 36, 37]] = -1  # the opponent's three, with ours in column 3: every window holding
+    boards[2, 38] = 1  # pieces of both is closed, and the rest hold one piece -> 0
+    assert window_score(boards[:2]).tolist() == [1.0, 11.0]
+    assert window_score(boards[2:]).tolist() == [0.0]
+
+
+def test_negamax_wins_now_and_blocks_the_opponents_win() -> None:
+    rng = np.random.default_rng(0)
+    wins, mask = _connect_four([(5, 0), (4, 0), (3, 0)], [(5, 1), (4, 1), (5, 6)])
+    assert negamax(1)(wins, mask, rng) == 0 and negamax(2)(wins, mask, rng) == 0
+    # The opponent has three in the bottom row (columns 1-3); column 4 is the only block.
+    blocks, mask = _connect_four([(5, 0), (4, 1)], [(5, 1), (5, 2), (5, 3)])
+    assert {negamax(2)(blocks, mask, np.random.default_rng(seed)) for seed in range(5)} == {4}
+
+
+def test_negamax_3_makes_a_double_threat() -> None:
+    # Ours at the bottom, columns 2 and 3, both ends open: playing 1 or 4 makes two winning threats at once.
+    board, mask = _connect_four([(5, 2), (5, 3)], [(4, 2), (4, 3)])
+    assert negamax(3)(board, mask, np.random.default_rng(0)) in (1, 4)
+
+
+def test_negamax_2_beats_the_one_ply_heuristic_from_both_seats() -> None:
+    result = summarise(play_games("connect_four_v3", negamax(2), one_ply_heuristic, 40, seed=0),
+                       CONNECT_FOUR_SEATS, "win_rate")  # fmt: skip
+    assert result["illegal_moves"] == 0
+    assert all(seat["win"] >= 0.8 for seat in result["seats"].values()), result
+
+
+def test_negamax_refuses_depth_zero_and_other_boards() -> None:
+    with pytest.raises(ValueError, match="depth >= 1"):
+        negamax(0)
+    with pytest.raises(ValueError, match="random_legal"):
+        negamax(2)(np.zeros((3, 3, 2)), np.ones(9, bool), np.random.default_rng(0))
