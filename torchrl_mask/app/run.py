@@ -11,12 +11,14 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from torchrl_mask.app.config import ALGOS, GAME_PREFIX, TrainConfig, TrainingInterrupted
+from torchrl_mask.app.config import ALGOS, GAME_PREFIX, TrainConfig, TrainingFailed, TrainingInterrupted
 
 if TYPE_CHECKING:
     from torchrl_mask.app.training import TrainResult
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_TERMINATED", "report", "run_train"]
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "report", "run_train"]
+
+EXIT_FAILED = 1  # something raised after training began: the model is saved, one line says where
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports Ctrl-C
 EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
@@ -58,7 +60,8 @@ def run_train(config: TrainConfig, collector_text: dict[str, str]) -> int:
 
     :param config: the configuration, checked (:func:`~torchrl_mask.app.config.check_config`).
     :param collector_text: how each ``--collector`` choice is named in the first line printed.
-    :return: 0; 130 after Ctrl-C and 143 after SIGTERM (one line on stderr says what was kept).
+    :return: 0; 130 after Ctrl-C and 143 after SIGTERM (one line on stderr says what was kept); 1 when something
+        raised after training began (one line on stderr says what, and where the saved model is).
     """
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
@@ -68,6 +71,9 @@ def run_train(config: TrainConfig, collector_text: dict[str, str]) -> int:
     except TrainingInterrupted as stop:  # while training or evaluating: the model was saved
         print(f"torchrl-mask: {stop}", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(stop.__cause__, _Terminated) else EXIT_INTERRUPTED
+    except TrainingFailed as failure:  # the model was saved; the traceback is in the output folder
+        print(f"torchrl-mask: {failure}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt as stop:  # before training started (or while saving): no model to keep
         print("torchrl-mask: interrupted before a model was saved; nothing to keep.", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(stop, _Terminated) else EXIT_INTERRUPTED
@@ -99,10 +105,18 @@ def _train_game(config: TrainConfig) -> int:
         f"{config.n_envs} games side by side, seed {config.seed}, device {config.device}."
     )
     result = selfplay_training.train(config)
-    print(f"\nEvaluation on {config.env_id}, {config.eval_episodes} games per opponent (win / draw / loss):")
-    for opponent in ("random", "heuristic"):
-        rates = result.evaluation[f"vs_{opponent}"]
-        print(f"  vs {opponent:<12}{rates['win']:.3f} / {rates['draw']:.3f} / {rates['loss']:.3f}")
-    print(f"  illegal moves: {result.evaluation['illegal_moves']}")
+    evaluation = result.evaluation
+    print(f"\nEvaluation on {config.env_id}, {config.eval_episodes} games per opponent ({evaluation['metric']}, "
+          f"{evaluation['unit']}):")  # fmt: skip
+    for key, rates in evaluation.items():
+        if not key.startswith("vs_"):
+            continue
+        if "skipped" in rates:
+            print(f"  {key:<15}skipped: {rates['skipped']}")
+        elif rates["metric"] == "win_rate":
+            print(f"  {key:<15}win {rates['win']:.3f} / draw {rates['draw']:.3f} / loss {rates['loss']:.3f}")
+        else:
+            print(f"  {key:<15}{rates['mean']:+.3f} ± {rates['std']:.3f} per game")
+    print(f"  illegal moves: {evaluation['illegal_moves']}")
     print(f"\nSaved to {result.out}/: " + ", ".join(result.files))
     return 0

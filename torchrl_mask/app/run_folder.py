@@ -34,7 +34,7 @@ LOCK = ".torchrl-mask.lock"
 # What a run writes into its folder (glob patterns), removed by --overwrite.
 OWNED = (
     "model.zip", "learning_curve.png", "learning_curve.csv", "evaluation.json", "monitor",
-    "rl_model_*_steps.zip", "best_model.zip", "evaluations.npz", LOCK,
+    "rl_model_*_steps.zip", "best_model.zip", "evaluations.npz", "win_rates.csv", "crash.txt", LOCK,
 )  # fmt: skip
 
 

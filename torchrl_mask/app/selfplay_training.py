@@ -4,21 +4,18 @@ One shared policy plays every seat (or, with ``pool_size``, the learner's seat a
 weights), collected by TorchRL (``Collector`` over a ``SerialEnv`` of ``n_envs`` games, or ``MultiSyncCollector``
 with ``collector="multisync"``) and trained by :meth:`torchrl_mask.MaskablePPO.learn` seat by seat
 (:mod:`torchrl_mask.games.selfplay`). ``n_timesteps`` counts the moves trained on; ``n_steps`` is moves
-per game env per rollout. It writes to the output folder:
+per game env per rollout. It writes ``model.zip`` and (:mod:`torchrl_mask.app.selfplay_files`) ``win_rates.csv``,
+``evaluation.json`` and ``learning_curve.png``: the model against its game's ladder of fixed players
+(:mod:`torchrl_mask.games.ladder`: win rates, chips per game or the shared score), during training and after.
 
-- ``model.zip``: the trained model (the observation is the mover's own view of the board);
-- ``win_rates.csv`` and ``learning_curve.png``: win, draw and loss rates against a uniformly random legal player
-  and a one-ply heuristic (:mod:`torchrl_mask.games.evaluation`), evaluated ``eval_points`` times
-  during training;
-- ``evaluation.json``: ``{"vs_random": {"win", "draw", "loss"}, "vs_heuristic": {...}, "illegal_moves": N}``
-  over ``eval_episodes`` games each, the trained policy taking the first seat in half of them, and the
-  configuration.
+Whatever raises once training has begun (the games, a callback, an evaluation, a player, a file) leaves the model
+trained so far in ``model.zip`` and the traceback in ``crash.txt``, and ends in
+:class:`~torchrl_mask.app.config.TrainingFailed`.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -32,9 +29,11 @@ from torchrl_mask.algorithms.ppo import MaskablePPO
 from torchrl_mask.app import run_folder
 from torchrl_mask.app.config import TrainConfig, TrainingInterrupted, UsageError, check_config, check_device
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
-from torchrl_mask.app.training import checkpoint_files, checkpoints, quiet_logger
-from torchrl_mask.games.env import TurnBasedEnv, make_game
-from torchrl_mask.games.evaluation import EVAL_POINT_GAMES, EVAL_POINTS, OPPONENTS, WinRates, evaluate_games
+from torchrl_mask.app.selfplay_files import hyperparams_used, plot_win_rates, write_curve, write_evaluation
+from torchrl_mask.app.training import checkpoint_files, checkpoints, check_trained_agent, failed, model_kwargs
+from torchrl_mask.app.training import quiet_logger
+from torchrl_mask.games.env import TurnBasedEnv, game_spaces, make_game
+from torchrl_mask.games.evaluation import EVAL_POINT_GAMES, EVAL_POINTS, WinRates, evaluate_ladder
 from torchrl_mask.games.seat_env import SeatEnv
 from torchrl_mask.games.selfplay import SelfPlayPolicy
 
@@ -47,8 +46,9 @@ class SelfPlayResult:
 
     :param model: the trained model.
     :param out: the output folder.
-    :param evaluation: ``{"vs_random": {...}, "vs_heuristic": {...}, "illegal_moves": N}``.
-    :param curve: the win rates of the evaluations during training, one dict per evaluation.
+    :param evaluation: :func:`~torchrl_mask.games.evaluation.evaluate_ladder`'s dict: ``"metric"``, ``"unit"``,
+        ``"vs_<opponent>"`` per opponent of the game's ladder, ``"illegal_moves"``.
+    :param curve: the measurements during training, one dict per measurement.
     :param files: the names of the files written in ``out``.
     """
 
@@ -75,116 +75,117 @@ def _collector(config: TrainConfig, model: MaskablePPO, game: str, pool_size: in
 
 
 def _model(config: TrainConfig, game: str, device: str) -> MaskablePPO:
-    kwargs = {key: value for key, value in config.hyperparams.items() if key not in ("policy", "pool_size")}
+    """A new model, or the ``-i`` model with the run's hyperparameters applied (its policy kept)."""
+    policy = config.hyperparams.get("policy", "MlpPolicy")
+    hyperparams = {key: value for key, value in config.hyperparams.items() if key not in ("policy", "pool_size")}
+    kwargs = model_kwargs(hyperparams, policy)
     tensorboard_log = None if config.tensorboard_log is None else str(config.tensorboard_log)
     common: dict[str, Any] = {"device": device, "seed": config.seed, "verbose": config.verbose,
                               "tensorboard_log": tensorboard_log}  # fmt: skip
-    if config.trained_agent is not None:
-        model = MaskablePPO.load(config.trained_agent, env=DummyVecEnv([partial(SeatEnv, game)]), **common)
+    env = DummyVecEnv([partial(SeatEnv, game)])
+    if config.trained_agent is not None:  # SB3's load sets the keyword arguments, then rebuilds schedules
+        kwargs.pop("policy_kwargs", None)
+        model = MaskablePPO.load(config.trained_agent, env=env, **common, **kwargs)
     else:
-        model = MaskablePPO(config.hyperparams.get("policy", "MlpPolicy"), DummyVecEnv([partial(SeatEnv, game)]),
-                            **common, **kwargs)  # fmt: skip
+        model = MaskablePPO(policy, env, **common, **kwargs)
     if tensorboard_log is None:
         quiet_logger(model, config)
     return model
 
 
-def _write_curve(out: Path, curve: list[dict[str, Any]]) -> None:
-    if curve:
-        columns = list(curve[0])
-        lines = [",".join(columns), *(",".join(f"{point[c]:g}" for c in columns) for point in curve)]
-        (out / "win_rates.csv").write_text("\n".join(lines) + "\n")
-
-
-def _write(out: Path, config: TrainConfig, evaluation: dict[str, Any], curve: list[dict[str, Any]]) -> None:
-    _write_curve(out, curve)
-    record = {**evaluation, "games": config.eval_episodes, "config": {**asdict(config), "out": str(out)}}
-    (out / "evaluation.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
-    plot_win_rates(curve, evaluation, config.env_id, out / "learning_curve.png")
-
-
-def plot_win_rates(curve: list[dict[str, Any]], evaluation: dict[str, Any], title: str, path: Path) -> None:
-    """Win and loss rates against each fixed player over training, and the final evaluation, as a PNG.
-
-    :param curve: the measurements of :class:`WinRates`.
-    :param evaluation: the final evaluation.
-    :param title: the game, for the title.
-    :param path: the PNG to write.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
-    for opponent, color in zip(OPPONENTS, ("tab:green", "tab:orange"), strict=True):
-        steps = [point["timestep"] for point in curve]
-        ax.plot(steps, [p[f"vs_{opponent}_win"] for p in curve], color=color, marker="o", label=f"win vs {opponent}")
-        ax.plot(steps, [p[f"vs_{opponent}_loss"] for p in curve], color=color, ls="--", label=f"loss vs {opponent}")
-    final = ", ".join(f"{k.removeprefix('vs_')} {v['win']:.2f}/{v['draw']:.2f}/{v['loss']:.2f}"
-                      for k, v in evaluation.items() if k.startswith("vs_"))  # fmt: skip
-    ax.set(xlabel="moves trained on", ylabel="rate", ylim=(-0.02, 1.02),
-           title=f"self-play MaskablePPO on {title}\nfinal win/draw/loss: {final}")  # fmt: skip
-    ax.grid(alpha=0.3)
-    ax.legend(loc="center right")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 def check_game(env_id: str) -> str:
-    """The game a ``pettingzoo:<game>`` env id names, if PettingZoo has it.
+    """The game a ``pettingzoo:<game>`` env id names, if PettingZoo has it and self-play can train it.
 
     :param env_id: ``"pettingzoo:tictactoe_v3"``.
     :return: the game's name, ``"tictactoe_v3"``.
-    :raises UsageError: PettingZoo is not installed, or has no classic game of that name.
+    :raises UsageError: PettingZoo is not installed, it has no classic game of that name, or the game has no
+        masked Dict observations (``rps_v2``).
     """
     try:
-        make_game(env_id)
+        game_spaces(make_game(env_id))
     except (ImportError, ValueError) as err:
-        raise UsageError(f"--env {env_id}: {err}") from None
+        raise UsageError(f"--env {env_id}: {' '.join(str(err).split())}") from None
     return env_id.removeprefix("pettingzoo:")
 
 
-def train(config: TrainConfig) -> SelfPlayResult:
-    """Train by self-play, evaluate against the fixed players, and write the files (see the module).
-
-    :param config: the run; ``env_id`` is ``"pettingzoo:<classic game>"``; ``pool_size`` 0 is pure self-play,
-        ``n`` plays the learner against ``n`` snapshots of its past weights.
-    :return: the model, the folder, the evaluation, the win-rate curve and the files written.
-    :raises UsageError: an unknown game, a bad device or output folder, all before anything is written.
-    :raises TrainingInterrupted: a ``KeyboardInterrupt`` while training or evaluating; the model (and the win
-        rates so far) were saved.
-    """
+def _check(config: TrainConfig) -> tuple[Path, str, str]:
+    """Every check before anything is written: the configuration, the device, the game, the ``-i`` model."""
     out = check_config(config)
     device = check_device(config.device)
     game = check_game(config.env_id)
+    if config.trained_agent is not None:
+        seat_env = SeatEnv(game)
+        check_trained_agent(config.trained_agent, seat_env)
+        seat_env.close()
+    return out, device, game
+
+
+def _pool_note(model: MaskablePPO, pool_size: int) -> None:
+    """Say what building the pool of snapshots costs, before it is built."""
+    if pool_size:
+        weights = sum(parameter.numel() for parameter in model.policy.parameters())
+        megabytes = pool_size * weights * 4 / 2**20
+        print(f"Building {pool_size} snapshots of the policy ({weights:,} weights each, {megabytes:.1f} MB in all).")
+
+
+def _learn(config: TrainConfig, model: MaskablePPO, out: Path, game: str, rates: WinRates) -> None:
+    """Train; save the model however training ends (an interrupt, or anything that raises), then say so."""
+    collector = _collector(config, model, game, config.pool_size)
+    try:  # learn() shuts the collector and its workers down, also on an interrupt or an error
+        model.learn(config.n_timesteps, [rates, *checkpoints(config, out)], progress_bar=config.progress_bar,
+                    collector=collector, reset_num_timesteps=config.trained_agent is None)  # fmt: skip
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: keep what was trained, then say so
+        model.save(out / "model.zip")
+        write_curve(out, rates.points)
+        raise TrainingInterrupted(out, model.num_timesteps) from stop
+    except Exception as err:  # the games, the collector, a callback or a player
+        model.save(out / "model.zip")
+        write_curve(out, rates.points)
+        raise failed(out, f"training (at move {model.num_timesteps:,})", err) from err
+    model.save(out / "model.zip")
+
+
+def _evaluate_and_write(config: TrainConfig, model: MaskablePPO, out: Path, game: str, rates: WinRates) -> dict:
+    """The final evaluation against the game's ladder, then the files; the model is saved already."""
+    try:
+        evaluation = evaluate_ladder(model, game, config.eval_episodes, config.seed + EVAL_SEED_OFFSET)
+    except KeyboardInterrupt as stop:
+        write_curve(out, rates.points)
+        raise TrainingInterrupted(out, model.num_timesteps) from stop
+    except Exception as err:
+        write_curve(out, rates.points)
+        raise failed(out, "the final evaluation", err) from err
+    try:
+        write_curve(out, rates.points)
+        write_evaluation(out, config, evaluation, hyperparams_used(model, config.hyperparams))
+        plot_win_rates(rates.points, evaluation, config.env_id, out / "learning_curve.png")
+    except Exception as err:
+        raise failed(out, "writing win_rates.csv, evaluation.json or learning_curve.png", err) from err
+    return evaluation
+
+
+def train(config: TrainConfig) -> SelfPlayResult:
+    """Train by self-play, evaluate against the game's ladder, and write the files (see the module).
+
+    :param config: the run; ``env_id`` is ``"pettingzoo:<classic game>"``; ``pool_size`` 0 is pure self-play,
+        ``n`` plays the learner against ``n`` snapshots of its past weights.
+    :return: the model, the folder, the evaluation, the curve and the files written.
+    :raises UsageError: an unknown game or one without masks, a bad device or output folder, an ``-i`` model that
+        does not load or was saved for another game, all before anything is written.
+    :raises TrainingInterrupted: a ``KeyboardInterrupt`` while training or evaluating; the model (and the curve
+        so far) were saved.
+    :raises TrainingFailed: anything else raised after training began; the model was saved.
+    """
+    out, device, game = _check(config)
     torch.set_num_threads(config.threads)
     with run_folder.claim(out, config.overwrite):
         model = _model(config, game, device)
+        _pool_note(model, config.pool_size)
         every = config.eval_freq or config.n_timesteps // EVAL_POINTS
-        rates = WinRates(game, every, EVAL_POINT_GAMES, config.seed + EVAL_SEED_OFFSET)
-        collector = _collector(config, model, game, config.pool_size)
-        try:  # learn() shuts the collector and its workers down, also on an interrupt
-            model.learn(config.n_timesteps, [rates, *checkpoints(config, out)], progress_bar=config.progress_bar,
-                        collector=collector, reset_num_timesteps=config.trained_agent is None)  # fmt: skip
-        except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: keep what was trained, then say so
-            model.save(out / "model.zip")
-            _write_curve(out, rates.points)
-            raise TrainingInterrupted(out, model.num_timesteps) from stop
-        model.save(out / "model.zip")
-        evaluation: dict[str, Any] = {}
-        try:
-            for opponent in OPPONENTS:
-                seed = config.seed + EVAL_SEED_OFFSET
-                rates_now = evaluate_games(model, game, opponent, config.eval_episodes, seed)
-                evaluation["illegal_moves"] = evaluation.get("illegal_moves", 0) + rates_now.pop("illegal_moves")
-                evaluation[f"vs_{opponent}"] = rates_now
-        except KeyboardInterrupt as stop:  # while evaluating: the model is saved already
-            _write_curve(out, rates.points)
-            raise TrainingInterrupted(out, model.num_timesteps) from stop
-        evaluation = {"vs_random": evaluation["vs_random"], "vs_heuristic": evaluation["vs_heuristic"],
-                      "illegal_moves": evaluation["illegal_moves"]}  # fmt: skip
-        _write(out, config, evaluation, rates.points)
+        games = min(EVAL_POINT_GAMES, config.eval_episodes)
+        rates = WinRates(game, every, games, config.seed + EVAL_SEED_OFFSET)
+        _learn(config, model, out, game, rates)
+        evaluation = _evaluate_and_write(config, model, out, game, rates)
     files = ["model.zip", "evaluation.json", "learning_curve.png"] + (["win_rates.csv"] if rates.points else [])
     files += checkpoint_files(out)
     return SelfPlayResult(model, out, evaluation, rates.points, files)

@@ -28,6 +28,7 @@ import inspect
 import json
 import pickle
 import sys
+import traceback
 import zipfile
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -51,12 +52,28 @@ from torchrl_mask.algorithms.collectors import learn_from_collector
 from torchrl_mask.algorithms.ppo import MaskablePPO
 from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
 from torchrl_mask.app import results, run_folder
-from torchrl_mask.app.config import TrainConfig, TrainingInterrupted, UsageError, check_config, check_device
+from torchrl_mask.app.config import (
+    CRASH_FILE,
+    TrainConfig,
+    TrainingFailed,
+    TrainingInterrupted,
+    UsageError,
+    check_config,
+    check_device,
+)
 from torchrl_mask.app.masked_env import collector_env, make_masked_env, one_line
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
 from torchrl_mask.torchrl.policy import MaskablePolicyModule
 
-__all__ = ["TrainResult", "TrainingInterrupted", "describe_masks", "train"]
+__all__ = [
+    "TrainResult",
+    "TrainingInterrupted",
+    "check_trained_agent",
+    "describe_masks",
+    "failed",
+    "model_kwargs",
+    "train",
+]
 
 MASK_SOURCE_TEXT = {
     "method": "its action_masks()",
@@ -137,7 +154,7 @@ def _policy(config: TrainConfig, observation_space: spaces.Space) -> str:
     return str(policy)
 
 
-def _model_kwargs(hyperparams: dict[str, Any], policy: str, algo: str = "ppo_mask") -> dict[str, Any]:
+def model_kwargs(hyperparams: dict[str, Any], policy: str, algo: str = "ppo_mask") -> dict[str, Any]:
     """MaskablePPO's keyword arguments from checked hyperparameters: rl-zoo3's ``lin_<x>`` as SB3's
     ``LinearSchedule`` (from x to 0), ``activation_fn="nn.ReLU"`` as the class; policy_kwargs checked by name."""
     kwargs = {key: value for key, value in hyperparams.items() if key != "policy"}
@@ -199,7 +216,7 @@ def _policy_parameters(policy_class: type) -> set[str]:
     return set()
 
 
-def _check_trained_agent(path: Path, env: gym.Env, algo: str = "ppo_mask") -> None:
+def check_trained_agent(path: Path, env: gym.Env, algo: str = "ppo_mask") -> None:
     """``path`` loads as the ``algo``'s model, its spaces the env's."""
     try:
         saved = ALGORITHMS[algo].load(path, device="cpu")
@@ -224,13 +241,13 @@ def _prepare(config: TrainConfig) -> _Plan:
     env = make_masked_env(config.env_id)
     try:
         policy = _policy(config, env.observation_space)
-        model_kwargs = _model_kwargs(config.hyperparams, policy, config.algo)
+        kwargs = model_kwargs(config.hyperparams, policy, config.algo)
         if config.trained_agent is not None:
-            _check_trained_agent(config.trained_agent, env, config.algo)
+            check_trained_agent(config.trained_agent, env, config.algo)
         mask_text = MASK_SOURCE_TEXT[env.get_wrapper_attr("source")]
     finally:
         env.close()
-    return _Plan(out, device, policy, model_kwargs, mask_text)
+    return _Plan(out, device, policy, kwargs, mask_text)
 
 
 def _build_model(config: TrainConfig, plan: _Plan, env: VecEnv) -> MaskablePPO | MaskableRecurrentPPO:
@@ -330,10 +347,13 @@ def _learn_and_save(config: TrainConfig, plan: _Plan, monitor_dir: Path) -> tupl
         env.close()
         raise
     interrupt: KeyboardInterrupt | None = None
+    error: Exception | None = None
     try:
         _learn(config, model, monitor_dir, callbacks)
     except KeyboardInterrupt as stop:
         interrupt = stop
+    except Exception as err:  # an env, the collector or a callback: keep what was trained, then say so
+        error = err
     finally:
         env.close()
         for callback in callbacks:
@@ -345,7 +365,23 @@ def _learn_and_save(config: TrainConfig, plan: _Plan, monitor_dir: Path) -> tupl
     (plan.out / "learning_curve.csv").write_text("\n".join(lines) + "\n")
     if interrupt is not None:
         raise TrainingInterrupted(plan.out, model.num_timesteps) from interrupt
+    if error is not None:
+        raise failed(plan.out, f"training (at step {model.num_timesteps:,})", error) from error
     return model, curve
+
+
+def failed(out: Path, stage: str, error: BaseException) -> TrainingFailed:
+    """The :class:`TrainingFailed` to raise for ``error``, its traceback written to ``out``'s :data:`CRASH_FILE`.
+
+    :param out: the output folder, where the model was saved.
+    :param stage: what was running (``"the final evaluation"``).
+    :param error: what it raised.
+    :return: the exception; its message names the stage, the error, where it was raised and the saved model.
+    """
+    (out / CRASH_FILE).write_text("".join(traceback.format_exception(error)))
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" in {Path(frames[-1].filename).name}:{frames[-1].lineno} ({frames[-1].name})" if frames else ""
+    return TrainingFailed(out, stage + where, error)
 
 
 def train(config: TrainConfig) -> TrainResult:
@@ -383,6 +419,8 @@ def train(config: TrainConfig) -> TrainResult:
             (out / "evaluation.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
         except KeyboardInterrupt as stop:  # while evaluating: the model is saved already
             raise TrainingInterrupted(out, model.num_timesteps) from stop
+        except Exception as err:  # the evaluation, the plot or a file: the model is saved already
+            raise failed(out, "the evaluation after training (or writing its files)", err) from err
     files = [*OUTPUT_FILES, *checkpoint_files(out)]
     files += [name for name in ("best_model.zip", "evaluations.npz") if (out / name).exists()]
     return TrainResult(model=model, out=out, evaluation=evaluation, curve=curve, files=files)

@@ -1,0 +1,110 @@
+"""What a self-play run writes into its output folder, besides ``model.zip``: the curve, the evaluation, the plot.
+
+- ``win_rates.csv``: one row per measurement during training (:class:`~torchrl_mask.games.evaluation.WinRates`):
+  ``timestep`` and ``vs_<opponent>_<value>`` columns (``vs_random_win``, ``vs_random_chips``, ``vs_self_score``);
+- ``evaluation.json``: the final evaluation against the game's ladder
+  (:func:`~torchrl_mask.games.evaluation.evaluate_ladder`), the configuration given, and ``"used"``: the
+  hyperparameters the model really trained with (read from the model, so a loaded ``-i`` model's own values show);
+- ``learning_curve.png``: the curve and the final evaluation.
+
+Nothing here depends on time or on the machine's state: the same run gives the same bytes (the output path aside).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from torchrl_mask.app.config import TrainConfig
+
+__all__ = ["hyperparams_used", "plot_win_rates", "write_curve", "write_evaluation"]
+
+_PLAIN = (int, float, str, bool, type(None))
+
+
+def write_curve(out: Path, curve: list[dict[str, Any]]) -> None:
+    """``win_rates.csv``: the measurements during training, if any.
+
+    :param out: the output folder.
+    :param curve: :class:`~torchrl_mask.games.evaluation.WinRates`' points.
+    """
+    if curve:
+        columns = list(curve[0])
+        lines = [",".join(columns), *(",".join(f"{point.get(c, float('nan')):g}" for c in columns) for point in curve)]
+        (out / "win_rates.csv").write_text("\n".join(lines) + "\n")
+
+
+def hyperparams_used(model: Any, given: dict[str, Any]) -> dict[str, Any]:
+    """The value the model holds for each hyperparameter the run gave (a schedule by its name).
+
+    :param model: the trained MaskablePPO.
+    :param given: the configuration's hyperparameters.
+    :return: name -> value, for the names the model has as attributes, plus ``policy_kwargs`` as built.
+    """
+    used: dict[str, Any] = {}
+    for key in given:
+        value = getattr(model, key, None)
+        if key != "policy_kwargs" and value is not None:
+            used[key] = value if isinstance(value, _PLAIN) else type(value).__name__
+    policy = model.policy
+    used["policy_kwargs"] = {"net_arch": policy.net_arch, "activation_fn": f"nn.{policy.activation_fn.__name__}"}
+    return used
+
+
+def write_evaluation(out: Path, config: TrainConfig, evaluation: dict[str, Any], used: dict[str, Any]) -> None:
+    """``evaluation.json``: the evaluation, the games per opponent, the configuration and the values used.
+
+    :param out: the output folder.
+    :param config: the run.
+    :param evaluation: :func:`~torchrl_mask.games.evaluation.evaluate_ladder`'s dict.
+    :param used: :func:`hyperparams_used`.
+    """
+    record = {**evaluation, "games": config.eval_episodes, "config": {**asdict(config), "out": str(out)}, "used": used}
+    (out / "evaluation.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+
+def _final_text(evaluation: dict[str, Any]) -> str:
+    parts = []
+    for key, result in evaluation.items():
+        if not key.startswith("vs_") or "skipped" in result:
+            continue
+        if result["metric"] == "win_rate":
+            parts.append(f"{key.removeprefix('vs_')} {result['win']:.2f}/{result['draw']:.2f}/{result['loss']:.2f}")
+        else:
+            parts.append(f"{key.removeprefix('vs_')} {result['mean']:+.2f}")
+    return ", ".join(parts)
+
+
+def plot_win_rates(curve: list[dict[str, Any]], evaluation: dict[str, Any], title: str, path: Path) -> None:
+    """The measurements over training (win and loss rates, or chips, or the score) and the final evaluation.
+
+    :param curve: the measurements of :class:`~torchrl_mask.games.evaluation.WinRates`.
+    :param evaluation: the final evaluation (:func:`~torchrl_mask.games.evaluation.evaluate_ladder`).
+    :param title: the game, for the title.
+    :param path: the PNG to write.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    win_rate = evaluation.get("metric") == "win_rate"
+    fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
+    steps = [point["timestep"] for point in curve]
+    for column in (curve[0] if curve else {}):
+        if column == "timestep" or column.endswith("_draw"):
+            continue
+        style = "--" if column.endswith("_loss") else "-"
+        ax.plot(steps, [point[column] for point in curve], ls=style, marker="o", label=column.removeprefix("vs_"))
+    ylabel = "rate" if win_rate else f"{evaluation.get('metric', '')} per game ({evaluation.get('unit', '')})"
+    ax.set(xlabel="moves trained on", ylabel=ylabel,
+           title=f"self-play MaskablePPO on {title}\nfinal: {_final_text(evaluation)}")  # fmt: skip
+    if win_rate:
+        ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    if curve:
+        ax.legend(loc="best")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
