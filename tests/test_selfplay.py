@@ -291,9 +291,10 @@ def test_cli_trains_a_game_and_writes_the_evaluation(tmp_path: Path) -> None:
             "batch_size=64", "--eval-episodes", "4", "--out", str(out), "--no-progress", "--verbose", "0"]  # fmt: skip
     assert main(argv) == 0
     evaluation = json.loads((out / "evaluation.json").read_text())
-    for opponent in ("vs_random", "vs_heuristic"):
+    assert evaluation["metric"] == "win_rate"
+    for opponent in ("vs_random", "vs_heuristic", "vs_perfect"):  # tic-tac-toe's ladder
         rates = evaluation[opponent]
-        assert set(rates) == {"win", "draw", "loss"}
+        assert rates["games"] == 4
         assert rates["win"] + rates["draw"] + rates["loss"] == pytest.approx(1.0)
     assert evaluation["illegal_moves"] == 0
     assert {"model.zip", "learning_curve.png", "win_rates.csv"} <= {path.name for path in out.iterdir()}

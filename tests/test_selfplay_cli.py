@@ -1,0 +1,200 @@
+"""``torchrl-mask train --env pettingzoo:<game>`` driven as a user drives it, in a subprocess: every masked classic
+game trains and keeps its files, a crash after training began keeps the model (faults injected by real parts:
+:mod:`selfplay_faults`), the same seed gives the same evaluation, and ``-i``/``--pool-size`` input is checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pettingzoo")
+pytestmark = pytest.mark.slow  # every test starts a CLI subprocess
+
+from selfplay_faults import FaultyPolicy
+
+from torchrl_mask import MaskablePPO, SeatEnv
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+SMALL = ["--hyperparams", "n_envs=2", "n_steps=64", "batch_size=64", "n_epochs=2", "policy_kwargs=dict(net_arch=[32])"]
+QUIET = ["--no-progress", "--verbose", "0"]
+
+
+def run_cli(*args: str, stage: str = "") -> subprocess.CompletedProcess[str]:
+    """``torchrl-mask train ARGS`` in a subprocess that can import :mod:`selfplay_faults`."""
+    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "FAULT_STAGE": stage}
+    command = [sys.executable, "-m", "torchrl_mask", "train", *args]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+GAMES = {  # game: (moves trained, evaluation games per opponent)
+    "tictactoe_v3": (512, 4),
+    "connect_four_v3": (512, 4),
+    "leduc_holdem_v4": (512, 4),
+    "texas_holdem_v4": (512, 4),
+    "texas_holdem_no_limit_v6": (512, 4),
+    "chess_v6": (256, 2),
+    "go_v5": (256, 2),
+    "hanabi_v5": (512, 2),
+}
+
+
+@pytest.mark.parametrize("game", sorted(GAMES))
+def test_every_masked_classic_game_trains_keeps_its_files_and_plays_no_illegal_move(game: str, tmp_path: Path) -> None:
+    moves, games = GAMES[game]
+    out = tmp_path / "run"
+    proc = run_cli("--env", f"pettingzoo:{game}", "-n", str(moves), *SMALL, "--eval-episodes", str(games),
+                   "--out", str(out), *QUIET)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {"model.zip", "evaluation.json", "win_rates.csv", "learning_curve.png"} <= {p.name for p in out.iterdir()}
+    assert MaskablePPO.load(out / "model.zip", device="cpu").num_timesteps >= moves
+    evaluation = json.loads((out / "evaluation.json").read_text())
+    played = [value for key, value in evaluation.items() if key.startswith("vs_") and "skipped" not in value]
+    assert played and all(result["games"] == games for result in played), evaluation
+    assert evaluation["illegal_moves"] == 0
+
+
+def test_a_game_without_masked_observations_is_one_line_exit_2_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = run_cli("--env", "pettingzoo:rps_v2", "--out", str(out), *QUIET)
+    assert proc.returncode == 2
+    assert "rps_v2" in _one_line(proc) and "masked Dict observations" in proc.stderr
+    assert not out.exists()
+
+
+def _faulty_model(path: Path) -> Path:
+    model = MaskablePPO(FaultyPolicy, SeatEnv("tictactoe_v3"), n_steps=64, batch_size=64, seed=0,
+                        policy_kwargs={"net_arch": [32]})  # fmt: skip
+    model.save(path)
+    return path
+
+
+def _assert_model_kept(proc: subprocess.CompletedProcess[str], out: Path, stage_text: str) -> None:
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    line = _one_line(proc)
+    assert stage_text in line and "InjectedFault" in line and str(out / "model.zip") in line, line
+    MaskablePPO.load(out / "model.zip", device="cpu")
+    assert "InjectedFault" in (out / "crash.txt").read_text()
+
+
+@pytest.mark.parametrize(
+    ("stage", "stage_text"),
+    [("training", "training (at move"), ("callback", "training (at move"), ("evaluation", "the final evaluation")],
+)
+def test_self_play_keeps_the_model_when_a_stage_raises(stage: str, stage_text: str, tmp_path: Path) -> None:
+    agent, out = _faulty_model(tmp_path / "faulty.zip"), tmp_path / "run"
+    proc = run_cli("--env", "pettingzoo:tictactoe_v3", "-i", str(agent), "-n", "256", *SMALL[:5],
+                   "--eval-episodes", "2", "--out", str(out), *QUIET, stage=stage)  # fmt: skip
+    _assert_model_kept(proc, out, stage_text)
+    if stage == "callback":
+        assert "_on_rollout_end" in (out / "crash.txt").read_text()
+
+
+def test_self_play_keeps_the_model_when_writing_the_plot_raises(tmp_path: Path) -> None:
+    # No option makes matplotlib fail, so the child replaces the plot function before running the CLI's main.
+    out = tmp_path / "run"
+    code = (
+        "import sys, selfplay_faults as faults, torchrl_mask.app.selfplay_training as job\n"
+        "def plot(*args, **kwargs): raise faults.InjectedFault('injected into the plot')\n"
+        "job.plot_win_rates = plot\n"
+        "from torchrl_mask.app.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    command = [sys.executable, "-c", code, "train", "--env", "pettingzoo:tictactoe_v3", "-n", "128", *SMALL,
+               "--eval-episodes", "2", "--out", str(out), *QUIET]  # fmt: skip
+    proc = subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True)
+    _assert_model_kept(proc, out, "writing win_rates.csv, evaluation.json or learning_curve.png")
+    assert (out / "evaluation.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("algo", "stage", "extra", "stage_text"),
+    [
+        ("ppo_mask", "training", [], "training (at step"),
+        ("ppo_mask", "callback", ["--eval-freq", "64"], "training (at step"),
+        ("ppo_lstm_mask", "training", [], "training (at step"),
+    ],
+)
+def test_gymnasium_paths_keep_the_model_when_a_stage_raises(algo, stage, extra, stage_text, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = run_cli("--env", "selfplay_faults:FaultyMasked-v0", "--algo", algo, "-n", "512", *extra, "--hyperparams",
+                   "n_envs=1", "n_steps=64", "batch_size=32", "--eval-episodes", "2", "--out", str(out), *QUIET,
+                   stage=stage)  # fmt: skip
+    _assert_model_kept(proc, out, stage_text)
+
+
+@pytest.mark.parametrize("collector", ["sync", "multisync"])
+def test_the_same_seed_gives_the_same_evaluation_json(collector: str, tmp_path: Path) -> None:
+    records = []
+    for run in ("a", "b"):
+        out = tmp_path / run
+        proc = run_cli("--env", "pettingzoo:tictactoe_v3", "-n", "256", *SMALL, "--collector", collector, "--seed",
+                       "7", "--eval-episodes", "6", "--out", str(out), *QUIET)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        records.append((out / "evaluation.json").read_text().replace(str(out), "<out>"))
+    assert records[0] == records[1]
+
+
+def test_continuing_with_hyperparams_applies_them_and_records_what_was_used(tmp_path: Path) -> None:
+    agent = tmp_path / "agent.zip"
+    MaskablePPO("MlpPolicy", SeatEnv("tictactoe_v3"), learning_rate=1e-3, ent_coef=0.0, n_steps=64, batch_size=64,
+                policy_kwargs={"net_arch": [32]}).save(agent)  # fmt: skip
+    out = tmp_path / "run"
+    proc = run_cli("--env", "pettingzoo:tictactoe_v3", "-i", str(agent), "-n", "128", "--pool-size", "2",
+                   "--hyperparams", "n_envs=2", "learning_rate=0.0005", "ent_coef=0.02", "--eval-episodes", "2",
+                   "--out", str(out), *QUIET)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Building 2 snapshots of the policy" in proc.stdout
+    model = MaskablePPO.load(out / "model.zip", device="cpu")
+    assert (model.learning_rate, model.ent_coef) == (0.0005, 0.02)
+    used = json.loads((out / "evaluation.json").read_text())["used"]
+    assert (used["learning_rate"], used["ent_coef"]) == (0.0005, 0.02)
+
+
+def test_continuing_from_a_file_that_is_no_zip_is_one_line_exit_2(tmp_path: Path) -> None:
+    agent, out = tmp_path / "model.zip", tmp_path / "run"
+    agent.write_text("not a model")
+    proc = run_cli("--env", "pettingzoo:tictactoe_v3", "-i", str(agent), "--out", str(out), *QUIET)
+    assert proc.returncode == 2
+    assert "cannot continue from it" in _one_line(proc)
+    assert not out.exists()
+
+
+def test_continuing_from_another_games_model_is_one_line_exit_2(tmp_path: Path) -> None:
+    agent, out = tmp_path / "tictactoe.zip", tmp_path / "run"
+    MaskablePPO("MlpPolicy", SeatEnv("tictactoe_v3"), n_steps=64, batch_size=64).save(agent)
+    proc = run_cli("--env", "pettingzoo:connect_four_v3", "-i", str(agent), "--out", str(out), *QUIET)
+    assert proc.returncode == 2
+    assert "cannot continue from it" in _one_line(proc) and "spaces" in proc.stderr.lower()
+    assert not out.exists()
+
+
+def test_continuing_from_a_missing_file_is_one_line_exit_2(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = run_cli("--env", "pettingzoo:tictactoe_v3", "-i", str(tmp_path / "none.zip"), "--out", str(out), *QUIET)
+    assert proc.returncode == 2
+    assert "no such file" in _one_line(proc)
+    assert not out.exists()
+
+
+def test_a_pool_size_above_the_bound_is_one_line_exit_2_naming_it(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = run_cli("--env", "pettingzoo:tictactoe_v3", "--pool-size", "1000000", "--out", str(out), *QUIET)
+    assert proc.returncode == 2
+    line = _one_line(proc)
+    assert "--pool-size 1000000 is above 64" in line and "copy of the policy's weights" in line
+    assert not out.exists()
