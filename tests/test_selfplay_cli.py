@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("pettingzoo")
-pytestmark = pytest.mark.slow  # every test starts a CLI subprocess
-
 from selfplay_faults import FaultyPolicy
 
-from torchrl_mask import MaskablePPO, SeatEnv
+from torchrl_mask import MaskablePPO, MaskableRecurrentPPO, SeatEnv
+
+pytestmark = pytest.mark.slow  # every test starts a CLI subprocess
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -82,11 +82,13 @@ def _faulty_model(path: Path) -> Path:
     return path
 
 
-def _assert_model_kept(proc: subprocess.CompletedProcess[str], out: Path, stage_text: str) -> None:
+def _assert_model_kept(
+    proc: subprocess.CompletedProcess[str], out: Path, stage_text: str, algo: type = MaskablePPO
+) -> None:
     assert proc.returncode == 1, proc.stderr[-3000:]
     line = _one_line(proc)
     assert stage_text in line and "InjectedFault" in line and str(out / "model.zip") in line, line
-    MaskablePPO.load(out / "model.zip", device="cpu")
+    algo.load(out / "model.zip", device="cpu")
     assert "InjectedFault" in (out / "crash.txt").read_text()
 
 
@@ -134,7 +136,7 @@ def test_gymnasium_paths_keep_the_model_when_a_stage_raises(algo, stage, extra, 
     proc = run_cli("--env", "selfplay_faults:FaultyMasked-v0", "--algo", algo, "-n", "512", *extra, "--hyperparams",
                    "n_envs=1", "n_steps=64", "batch_size=32", "--eval-episodes", "2", "--out", str(out), *QUIET,
                    stage=stage)  # fmt: skip
-    _assert_model_kept(proc, out, stage_text)
+    _assert_model_kept(proc, out, stage_text, MaskableRecurrentPPO if algo == "ppo_lstm_mask" else MaskablePPO)
 
 
 @pytest.mark.parametrize("collector", ["sync", "multisync"])

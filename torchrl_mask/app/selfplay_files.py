@@ -93,7 +93,7 @@ def plot_win_rates(curve: list[dict[str, Any]], evaluation: dict[str, Any], titl
     win_rate = evaluation.get("metric") == "win_rate"
     fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
     steps = [point["timestep"] for point in curve]
-    for column in (curve[0] if curve else {}):
+    for column in curve[0] if curve else {}:
         if column == "timestep" or column.endswith("_draw"):
             continue
         style = "--" if column.endswith("_loss") else "-"

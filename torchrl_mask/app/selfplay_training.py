@@ -30,8 +30,14 @@ from torchrl_mask.app import run_folder
 from torchrl_mask.app.config import TrainConfig, TrainingInterrupted, UsageError, check_config, check_device
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
 from torchrl_mask.app.selfplay_files import hyperparams_used, plot_win_rates, write_curve, write_evaluation
-from torchrl_mask.app.training import checkpoint_files, checkpoints, check_trained_agent, failed, model_kwargs
-from torchrl_mask.app.training import quiet_logger
+from torchrl_mask.app.training import (
+    check_trained_agent,
+    checkpoint_files,
+    checkpoints,
+    failed,
+    model_kwargs,
+    quiet_logger,
+)
 from torchrl_mask.games.env import TurnBasedEnv, game_spaces, make_game
 from torchrl_mask.games.evaluation import EVAL_POINT_GAMES, EVAL_POINTS, WinRates, evaluate_ladder
 from torchrl_mask.games.seat_env import SeatEnv
