@@ -1,0 +1,71 @@
+"""The self-play side of ``torchrl-mask train --env pettingzoo:<game>``'s configuration: each game's defaults and
+the bound on ``--pool-size``. Nothing heavy is imported; :mod:`torchrl_mask.app.config` re-exports these names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchrl_mask.app.hyperparams import UsageError
+
+__all__ = ["GAME_HYPERPARAMS", "GAME_PREFIX", "POOL_SIZE_MAX", "check_pool_size", "game_hyperparams"]
+
+# The largest --pool-size: every snapshot is a full copy of the policy's weights, made at once (in every worker
+# process too, with --collector multisync), and a game draws its opponent from all of them; past a few dozen,
+# the oldest snapshots are seldom drawn and only cost memory and start-up time.
+POOL_SIZE_MAX = 64
+
+# torchrl-mask train --env pettingzoo:<game>: self-play defaults. n_timesteps counts the moves trained on, n_envs
+# the games played side by side, n_steps the moves of each per rollout. Chosen by the runs in docs/benchmarks.md
+# ("Self-play defaults"): a larger ent_coef lets tic-tac-toe meet the positions a random player makes, a smaller
+# learning_rate keeps Connect Four improving past its early plateau.
+GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
+    # cards: short games of few moves; a small network, a lower learning rate (chips are noisy rewards)
+    "leduc_holdem_v4": {"n_timesteps": 200_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
+                        "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.99,
+                        "policy_kwargs": {"net_arch": [64, 64]}},
+    "texas_holdem_v4": {"n_timesteps": 300_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
+                        "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.99,
+                        "policy_kwargs": {"net_arch": [128, 128]}},
+    "texas_holdem_no_limit_v6": {"n_timesteps": 300_000, "n_envs": 8, "n_steps": 128, "batch_size": 256,
+                                 "n_epochs": 10, "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.99,
+                                 "policy_kwargs": {"net_arch": [128, 128]}},
+    # long board games with thousands of moves (chess 4672, go 362): a wider network, fewer epochs per rollout
+    "chess_v6": {"n_timesteps": 1_000_000, "n_envs": 8, "n_steps": 256, "batch_size": 512, "n_epochs": 4,
+                 "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.995, "policy_kwargs": {"net_arch": [256, 256]}},
+    "go_v5": {"n_timesteps": 1_000_000, "n_envs": 8, "n_steps": 256, "batch_size": 512, "n_epochs": 4,
+              "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.995, "policy_kwargs": {"net_arch": [256, 256]}},
+    # cooperative: every seat is the model, the reward the shared score
+    "hanabi_v5": {"n_timesteps": 500_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
+                  "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.99, "policy_kwargs": {"net_arch": [128, 128]}},
+    "default": {"n_timesteps": 150_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
+                "learning_rate": 1e-3, "ent_coef": 0.1, "gamma": 0.99, "policy_kwargs": {"net_arch": [64, 64]}},
+    "connect_four_v3": {"n_timesteps": 400_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
+                        "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.99,
+                        "policy_kwargs": {"net_arch": [128, 128]}},
+}  # fmt: skip
+GAME_PREFIX = "pettingzoo:"
+
+
+def game_hyperparams(env_id: str) -> dict[str, Any]:
+    """The self-play defaults of a ``pettingzoo:<game>`` env id (:data:`GAME_HYPERPARAMS`).
+
+    :param env_id: ``"pettingzoo:connect_four_v3"``.
+    :return: a copy of the game's entry, or of ``"default"``.
+    """
+    name = env_id.removeprefix(GAME_PREFIX)
+    return dict(GAME_HYPERPARAMS.get(name, GAME_HYPERPARAMS["default"]))
+
+
+def check_pool_size(pool_size: int) -> None:
+    """Refuse a ``--pool-size`` above :data:`POOL_SIZE_MAX`.
+
+    :param pool_size: the snapshots of past weights the learner plays against.
+    :raises UsageError: more than :data:`POOL_SIZE_MAX`.
+    """
+    if pool_size > POOL_SIZE_MAX:
+        raise UsageError(
+            f"--pool-size {pool_size} is above {POOL_SIZE_MAX}: every snapshot is a full copy of the policy's weights, "
+            "made at start (in every worker process with --collector multisync), and past a few dozen the oldest are "
+            f"seldom drawn; use --pool-size {POOL_SIZE_MAX} or less."
+        )
