@@ -125,7 +125,6 @@ class MaskableRecurrentPPO(RecurrentPPO):
         if not use_masking:
             return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
         reader = _mask_reader(env)
-        self._last_infos = None
 
         def step_masks() -> np.ndarray:
             # Read as MaskablePPO reads them, when the policy is called on the step's observation; the step's add().
@@ -137,6 +136,21 @@ class MaskableRecurrentPPO(RecurrentPPO):
         # Overridden because RecurrentPPO's loop calls the policy and add() without masks: they come from step_masks.
         with self.policy.masks_from(step_masks):
             return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+
+    def _setup_learn(
+        self,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        reset_num_timesteps: bool = True,
+        tb_log_name: str = "run",
+        progress_bar: bool = False,
+    ) -> tuple[int, BaseCallback]:
+        # Overridden to forget the last step's infos where SB3 resets the env (a new learn, or no observation yet):
+        # the first masks are then the reset's. A learn() that goes on from the last one keeps them, as each rollout
+        # after the first does.
+        if reset_num_timesteps or self._last_obs is None:
+            self._last_infos = None
+        return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
 
     def _excluded_save_params(self) -> list[str]:
         # The last step's infos belong to the env, which is not saved either.
