@@ -5,7 +5,8 @@
 - ``vecenv_source``: the rollout from an SB3 VecEnv (the default path);
 - ``collector_source``: the rollout from a TorchRL collector batch; ``collectors``: ``learn_from_collector``;
 - ``selfplay``: ``SelfPlayPolicy`` and the rollout of a turn-based game, split by seat (self-play, snapshot pools);
-- ``recurrent_ppo``, ``recurrent_policies``: sb3-contrib's ``RecurrentPPO`` with action masks.
+- ``recurrent_ppo``, ``recurrent_policies``: sb3-contrib's ``RecurrentPPO`` with action masks;
+- ``predict_masks``: the one mask check of both models' ``predict`` (where the masks are read, what is refused).
 
 May import: :mod:`torchrl_mask.rollout`, :mod:`torchrl_mask.distributions`, :mod:`torchrl_mask.fastpath`,
 :mod:`torchrl_mask.torchrl`; never :mod:`torchrl_mask.app` or :mod:`torchrl_mask.bench`.

@@ -38,6 +38,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
 from torchrl.collectors import BaseCollector
 
+from torchrl_mask.algorithms.predict_masks import predict_masks
 from torchrl_mask.algorithms.recurrent_policies import (
     MaskableRecurrentActorCriticCnnPolicy,
     MaskableRecurrentActorCriticPolicy,
@@ -219,10 +220,16 @@ class MaskableRecurrentPPO(RecurrentPPO):
         :param state: the LSTM state ``predict`` returned last, each ``(n_lstm_layers, n_envs, hidden)``.
         :param episode_start: True where an episode starts, shape ``(n_envs,)``.
         :param deterministic: take the most likely legal action.
-        :param action_masks: masks, shape ``(n_envs, sum of the action dims)``, or None.
+        :param action_masks: masks, shape ``(n_envs, sum of the action dims)`` (``(sum of the action dims,)`` for
+            one observation), checked by :func:`~torchrl_mask.algorithms.predict_masks.predict_masks` as
+            ``MaskablePPO.predict`` checks them; None reads a Dict observation's ``"action_mask"`` entry if it has
+            one (else predicts unmasked, with a warning where the model's env has masks).
         :return: the actions and the next LSTM state.
+        :raises ValueError: a mask of the wrong size or row count, with entries other than 0 and 1, or allowing no
+            action; masks for an action space that cannot be masked.
         """
-        return self.policy.predict(observation, state, episode_start, deterministic, action_masks=action_masks)
+        masks = predict_masks(self.action_space, self.observation_space, observation, action_masks, self.env)
+        return self.policy.predict(observation, state, episode_start, deterministic, action_masks=masks)
 
 
 def _mask_reader(env: VecEnv) -> Callable[[Any, tuple[Any, Any] | None], Any]:
