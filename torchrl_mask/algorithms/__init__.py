@@ -6,7 +6,8 @@
 - ``collector_source``: the rollout from a TorchRL collector batch; ``collectors``: ``learn_from_collector``;
 - ``selfplay``: ``SelfPlayPolicy`` and the rollout of a turn-based game, split by seat (self-play, snapshot pools);
 - ``recurrent_ppo``, ``recurrent_policies``: sb3-contrib's ``RecurrentPPO`` with action masks;
-- ``predict_masks``: the one mask check of both models' ``predict`` (where the masks are read, what is refused).
+- ``predict_masks``: the one mask check of both models' ``predict`` (where the masks are read, what is refused);
+- ``minibatches``: both models' guard against a last minibatch of one row (NaN parameters), also the CLI's.
 
 May import: :mod:`torchrl_mask.rollout`, :mod:`torchrl_mask.distributions`, :mod:`torchrl_mask.fastpath`,
 :mod:`torchrl_mask.torchrl`; never :mod:`torchrl_mask.app` or :mod:`torchrl_mask.bench`.

@@ -46,6 +46,7 @@ from tensordict.utils import NestedKey
 from torchrl.collectors import BaseCollector
 
 from torchrl_mask.algorithms.collector_source import DEFAULT_BATCH_TIMEOUT, CollectorRollout
+from torchrl_mask.algorithms.minibatches import check_minibatches
 from torchrl_mask.algorithms.predict_masks import UnmaskedPredictWarning, predict_masks
 from torchrl_mask.algorithms.selfplay import SelfPlayPolicy, SelfPlayRollout
 from torchrl_mask.algorithms.vecenv_source import fast_rollout
@@ -124,7 +125,10 @@ class MaskablePPO(_SB3ContribMaskablePPO):
             return super().predict(observation, state, episode_start, deterministic, action_masks)  # type: ignore[arg-type]
 
     def _setup_model(self) -> None:
-        # sb3-contrib's hook: it honours rollout_buffer_class, so choosing ours is all this class does.
+        # sb3-contrib's hook: it honours rollout_buffer_class, so choosing ours is all this class does; and, as
+        # SB3's PPO does, it refuses a rollout whose last minibatch of one row would make the parameters NaN.
+        check_minibatches(self.n_steps, self.n_envs, self.batch_size or self.n_steps * self.n_envs,
+                          self.normalize_advantage)  # fmt: skip
         requested = self.rollout_buffer_class
         if requested in (None, sb3c_buffers.MaskableRolloutBuffer, sb3c_buffers.MaskableDictRolloutBuffer):
             dict_obs = isinstance(self.observation_space, spaces.Dict)

@@ -38,6 +38,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
 from torchrl.collectors import BaseCollector
 
+from torchrl_mask.algorithms.minibatches import check_minibatches
 from torchrl_mask.algorithms.predict_masks import predict_masks
 from torchrl_mask.algorithms.recurrent_policies import (
     MaskableRecurrentActorCriticCnnPolicy,
@@ -84,6 +85,9 @@ class MaskableRecurrentPPO(RecurrentPPO):
     def _setup_model(self) -> None:
         # RecurrentPPO picks its buffer class inside _setup_model (it has no rollout_buffer_class): the same buffer
         # again, in the TensorDict storage with the masks, for every action space a mask fits (Box keeps its own).
+        # A rollout whose last minibatch of one row would make the parameters NaN is refused first, as in MaskablePPO.
+        check_minibatches(self.n_steps, self.n_envs, self.batch_size or self.n_steps * self.n_envs,
+                          self.normalize_advantage)  # fmt: skip
         super()._setup_model()
         try:
             mask_spec(self.action_space)

@@ -23,6 +23,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from torchrl_mask.algorithms.minibatches import check_minibatches as algorithms_check
+
 __all__ = [
     "DEFAULT_HYPERPARAMS",
     "HYPERPARAMS",
@@ -254,8 +256,9 @@ def check_minibatches(n_steps: int, n_envs: int, batch_size: int, normalize_adva
     """Refuse a rollout that would train on a minibatch of one row.
 
     sb3-contrib's ``train()`` normalises the advantages of each minibatch by their standard deviation, which for
-    one row is NaN: the parameters become NaN. SB3's PPO asserts ``batch_size > 1`` and warns on such a last
-    minibatch; sb3-contrib does not guard, so the command line does.
+    one row is NaN: the parameters become NaN. The models refuse such a rollout when they are made
+    (:func:`torchrl_mask.algorithms.minibatches.check_minibatches`); the command line asks them before anything
+    is written, and refuses ``batch_size`` 1 also without advantage normalisation.
 
     :param n_steps: steps per env in a rollout.
     :param n_envs: envs stepped side by side.
@@ -272,12 +275,10 @@ def check_minibatches(n_steps: int, n_envs: int, batch_size: int, normalize_adva
         )
     if batch_size == 1:
         raise UsageError("batch_size=1 trains on minibatches of one row (NaN parameters); use batch_size >= 2.")
-    if normalize_advantage and rows % batch_size == 1:
-        raise UsageError(
-            f"n_steps * n_envs = {rows} rows in minibatches of batch_size={batch_size} leaves a last minibatch "
-            "of one row, whose advantage normalisation makes the parameters NaN; pick a batch_size that divides "
-            f"{rows} (or n_steps so that n_steps * n_envs does)."
-        )
+    try:
+        algorithms_check(n_steps, n_envs, batch_size, normalize_advantage)  # the models' own guard, as a usage error
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def without_policy_kwargs(hyperparams: Mapping[str, Any], given: Sequence[str], trained_agent: Any) -> dict[str, Any]:
