@@ -423,3 +423,29 @@ def test_info_masks_at_each_rollouts_first_step_are_the_last_steps_not_the_reset
     model.learn(4 * 5 * n_envs)
     model.learn(5 * n_envs, reset_num_timesteps=False)  # a learn() that goes on from the last step, too
     assert env.get_attr("illegal") == [0] * n_envs
+
+
+def test_a_recurrent_ppo_zip_loads_as_the_masked_policy_with_its_weights_and_masks(tmp_path: Any) -> None:
+    saved = make(RecurrentPPO, invalid_discrete).learn(N_STEPS * N_ENVS)
+    saved.save(tmp_path / "recurrent.zip")
+    env = make_vec_env(lambda: Strict(invalid_discrete()), n_envs=N_ENVS, seed=1)
+    model = MaskableRecurrentPPO.load(tmp_path / "recurrent.zip", env=env)
+    assert type(model.policy).__name__ == "MaskableRecurrentActorCriticPolicy"
+    expected = saved.policy.state_dict()
+    assert all(torch.equal(value, expected[name]) for name, value in model.policy.state_dict().items())
+    one = Strict(invalid_discrete())
+    obs, _ = one.reset(seed=0)
+    state, start = None, np.array([True])
+    for _ in range(20):  # the env raises on an illegal action
+        action, state = model.predict(obs, state=state, episode_start=start, action_masks=one.action_masks())
+        obs, _, terminated, truncated, _ = one.step(action)
+        start = np.array([terminated or truncated])
+        if start[0]:
+            obs, _ = one.reset()
+    model.learn(N_STEPS * N_ENVS)  # masked: Strict raises otherwise
+
+
+def test_a_multibinary_recurrent_ppo_zip_is_refused_naming_what_to_do(tmp_path: Any) -> None:
+    make(RecurrentPPO, lambda: InvalidActionEnvMultiBinary(dims=3, n_invalid_actions=1)).save(tmp_path / "bits.zip")
+    with pytest.raises(ValueError, match=r"one logit per bit.*train a new MaskableRecurrentPPO"):
+        MaskableRecurrentPPO.load(tmp_path / "bits.zip")

@@ -31,6 +31,11 @@ import numpy as np
 from gymnasium import spaces
 from sb3_contrib import RecurrentPPO
 from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
+from sb3_contrib.common.recurrent.policies import (
+    RecurrentActorCriticCnnPolicy,
+    RecurrentActorCriticPolicy,
+    RecurrentMultiInputActorCriticPolicy,
+)
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
@@ -64,6 +69,11 @@ class MaskableRecurrentPPO(RecurrentPPO):
 
     The LSTM's settings go in ``policy_kwargs`` as for ``RecurrentPPO``: ``lstm_hidden_size``, ``n_lstm_layers``,
     ``shared_lstm``, ``enable_critic_lstm``.
+
+    ``MaskableRecurrentPPO.load`` of a zip saved by sb3-contrib's ``RecurrentPPO`` (and a constructor given one of
+    sb3-contrib's LSTM policy classes) takes the masked twin of its policy class, the same network with the same
+    weights, so that ``predict(..., action_masks=)`` and ``learn()`` mask (not for ``MultiBinary`` actions, whose
+    head differs: refused with a ``ValueError``).
     """
 
     _last_infos: tuple[Any, Any] | None = None  # the last step's (infos, dones): the next masks, for info masks
@@ -88,6 +98,7 @@ class MaskableRecurrentPPO(RecurrentPPO):
         # A rollout whose last minibatch of one row would make the parameters NaN is refused first, as in MaskablePPO.
         check_minibatches(self.n_steps, self.n_envs, self.batch_size or self.n_steps * self.n_envs,
                           self.normalize_advantage)  # fmt: skip
+        self.policy_class = _masked_policy_class(self.policy_class, self.action_space)
         super()._setup_model()
         try:
             mask_spec(self.action_space)
@@ -234,6 +245,35 @@ class MaskableRecurrentPPO(RecurrentPPO):
         """
         masks = predict_masks(self.action_space, self.observation_space, observation, action_masks, self.env)
         return self.policy.predict(observation, state, episode_start, deterministic, action_masks=masks)
+
+
+# sb3-contrib's LSTM policies (those a RecurrentPPO zip names) and their masked twins, which have the same network.
+_MASKED_POLICIES: dict[type, type[MaskableRecurrentActorCriticPolicy]] = {
+    RecurrentActorCriticPolicy: MaskableRecurrentActorCriticPolicy,
+    RecurrentActorCriticCnnPolicy: MaskableRecurrentActorCriticCnnPolicy,
+    RecurrentMultiInputActorCriticPolicy: MaskableRecurrentMultiInputActorCriticPolicy,
+}
+
+
+def _masked_policy_class(policy_class: type, action_space: spaces.Space) -> type:
+    """The masked twin of one of sb3-contrib's LSTM policy classes (what ``RecurrentPPO.load`` of its zip names, or
+    a class given to the constructor): the same network, so its saved weights load into it; others unchanged.
+
+    :param policy_class: the model's policy class.
+    :param action_space: the model's action space.
+    :raises ValueError: a ``MultiBinary`` action space, where ``RecurrentPPO``'s head has one logit per bit and the
+        masked policy two.
+    """
+    masked = _MASKED_POLICIES.get(policy_class)
+    if masked is None:
+        return policy_class
+    if isinstance(action_space, spaces.MultiBinary):
+        raise ValueError(
+            f"{policy_class.__name__} on {action_space} has one logit per bit, the masked policy two (one per "
+            "choice, as MaskablePPO has them), so its weights cannot be masked: train a new MaskableRecurrentPPO, "
+            "or load it with sb3_contrib.RecurrentPPO."
+        )
+    return masked
 
 
 def _mask_reader(env: VecEnv) -> Callable[[Any, tuple[Any, Any] | None], Any]:
