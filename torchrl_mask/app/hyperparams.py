@@ -144,7 +144,40 @@ def _policy_kwargs(value: Any) -> tuple[Any, str]:
     activation = value.get("activation_fn")
     if activation is not None and not (isinstance(activation, str) and _TORCH_NN.fullmatch(activation)):
         return value, "a dict whose activation_fn names a torch.nn class, e.g. activation_fn=nn.ReLU"
-    return value, ""
+    return value, _lstm_expected(value)
+
+
+def _size_ok(size: Any) -> bool:
+    return isinstance(size, int) and not isinstance(size, bool) and 0 < size <= MAX_ROLLOUT
+
+
+# nn.LSTM's own arguments that sb3-contrib's LSTM policies leave free and that keep the shapes they expect (its
+# sequences are time-first, one direction, no projection).
+_LSTM_KWARGS: dict[str, Callable[[Any], bool]] = {
+    "bias": lambda value: isinstance(value, bool),
+    "dropout": lambda value: _number(value, 0.0, 1.0) is not None,
+}
+
+
+def _lstm_expected(kwargs: dict[str, Any]) -> str:
+    """What sb3-contrib's LSTM policies need of their ``policy_kwargs`` (which would otherwise fail in torch or in an
+    assert once the run has begun), or ``""`` where these hold."""
+    for key, example in (("lstm_hidden_size", 64), ("n_lstm_layers", 1)):
+        if key in kwargs and not _size_ok(kwargs[key]):
+            return f"a dict whose {key} is a whole number > 0, e.g. {key}={example}"
+    for key in ("shared_lstm", "enable_critic_lstm", "share_features_extractor"):
+        if key in kwargs and not isinstance(kwargs[key], bool):
+            return f"a dict whose {key} is True or False"
+    if kwargs.get("shared_lstm") and kwargs.get("enable_critic_lstm", True):
+        return "shared_lstm=True with enable_critic_lstm=False (the critic shares the actor's LSTM or has its own)"
+    if kwargs.get("shared_lstm") and not kwargs.get("share_features_extractor", True):
+        return "shared_lstm=True with share_features_extractor=True (a shared LSTM needs one features extractor)"
+    lstm_kwargs = kwargs.get("lstm_kwargs", {})
+    if not isinstance(lstm_kwargs, dict) or not all(
+        key in _LSTM_KWARGS and _LSTM_KWARGS[key](item) for key, item in lstm_kwargs.items()
+    ):
+        return "a dict whose lstm_kwargs sets only bias (True or False) and dropout (0 to 1), e.g. dict(dropout=0.1)"
+    return ""
 
 
 # Every key a file or --hyperparams may set, with the check its value passes: rl-zoo3's keys for PPO that
