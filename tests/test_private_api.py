@@ -84,7 +84,7 @@ ENTRIES: list[tuple[str, str, Callable[[], Any], tuple[str, ...], str]] = [
     ),
     (
         "stable-baselines3", "BasePolicy", lambda: BasePolicy, ("_get_constructor_parameters",),
-        "algorithms/selfplay.py (a snapshot of the policy)",
+        "games/selfplay.py (a snapshot of the policy)",
     ),
     # sb3-contrib: the masked policy's distribution hook, the recurrent buffer's sample builder.
     (

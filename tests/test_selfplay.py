@@ -25,10 +25,10 @@ from torchrl.envs import SerialEnv
 pytest.importorskip("pettingzoo")
 
 from torchrl_mask import MaskablePPO, MaskableRolloutBuffer, SeatEnv, SelfPlayPolicy, TurnBasedEnv
-from torchrl_mask.algorithms.selfplay import pack_rows, seat_transitions
 from torchrl_mask.app.cli import main
 from torchrl_mask.app.run_folder import LOCK
-from torchrl_mask.torchrl.pettingzoo_players import one_ply_heuristic, random_legal
+from torchrl_mask.games.players import one_ply_heuristic, random_legal
+from torchrl_mask.games.selfplay import pack_rows, seat_transitions
 
 # Moves 0-4: X wins on the top row (O's loss arrives on X's move); 5-13: a draw; 14-16: a game the rollout cuts
 # after X's move.
@@ -269,7 +269,7 @@ def test_multisync_collector_workers_play_self_play_games() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_self_play_on_tictactoe_beats_random_without_an_illegal_move(seed: int) -> None:
-    from torchrl_mask.app.selfplay_training import evaluate_games
+    from torchrl_mask.games.evaluation import evaluate_games
 
     model = MaskablePPO("MlpPolicy", SeatEnv("tictactoe_v3"), n_steps=128, batch_size=256, n_epochs=10,
                         learning_rate=1e-3, ent_coef=0.01, seed=seed)  # fmt: skip

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from torchrl_mask.algorithms.collectors import CollectorFailed, learn_from_collector
     from torchrl_mask.algorithms.ppo import MaskablePPO
     from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
-    from torchrl_mask.algorithms.selfplay import SelfPlayPolicy
+    from torchrl_mask.games.env import TurnBasedEnv
+    from torchrl_mask.games.seat_env import SeatEnv
+    from torchrl_mask.games.selfplay import SelfPlayPolicy
     from torchrl_mask.rollout.buffers import (
         MaskableDictRolloutBuffer,
         MaskableDictRolloutBufferSamples,
@@ -27,8 +29,6 @@ if TYPE_CHECKING:
     )
     from torchrl_mask.torchrl.envs import ActionMaskInInfo, ActionMaskInObservation, masked_gym_env
     from torchrl_mask.torchrl.nested import FlattenNestedDict
-    from torchrl_mask.torchrl.pettingzoo import TurnBasedEnv
-    from torchrl_mask.torchrl.pettingzoo_players import SeatEnv
     from torchrl_mask.torchrl.policy import MaskablePolicyModule
 
 __version__ = "0.1.0"
@@ -40,9 +40,9 @@ _HOMES = {
     "MaskableRolloutBufferSamples": "torchrl_mask.rollout.buffers",
     "MaskablePPO": "torchrl_mask.algorithms.ppo",
     "MaskableRecurrentPPO": "torchrl_mask.algorithms.recurrent_ppo",
-    "SeatEnv": "torchrl_mask.torchrl.pettingzoo_players",
-    "SelfPlayPolicy": "torchrl_mask.algorithms.selfplay",
-    "TurnBasedEnv": "torchrl_mask.torchrl.pettingzoo",
+    "SeatEnv": "torchrl_mask.games.seat_env",
+    "SelfPlayPolicy": "torchrl_mask.games.selfplay",
+    "TurnBasedEnv": "torchrl_mask.games.env",
     "ActionMaskInInfo": "torchrl_mask.torchrl.envs",
     "ActionMaskInObservation": "torchrl_mask.torchrl.envs",
     "CollectorFailed": "torchrl_mask.algorithms.collectors",

@@ -108,7 +108,7 @@ class CollectorRollout:
     def _check_policy(self, shipped: Any, model: MaskablePPO) -> None:
         """Refuse a collector policy that is not a MaskablePolicyModule over ``model.policy``; the hook a source
         whose collector runs another policy module overrides
-        (:class:`~torchrl_mask.algorithms.selfplay.SelfPlayRollout`).
+        (:class:`~torchrl_mask.games.selfplay.SelfPlayRollout`).
 
         :param shipped: the collector's policy (None for a ``policy_factory``).
         :param model: the model that learns.
@@ -146,7 +146,7 @@ class CollectorRollout:
 
     def _fill(self) -> tuple[MaskableRolloutBuffer, TensorDictBase]:
         """The next batch into the model's rollout buffer (GAE included); the hook a source of another batch
-        layout overrides (:class:`~torchrl_mask.algorithms.selfplay.SelfPlayRollout`).
+        layout overrides (:class:`~torchrl_mask.games.selfplay.SelfPlayRollout`).
 
         :return: the filled buffer and the batch as it went in, ``(n_envs, T)``, which the callbacks read.
         """

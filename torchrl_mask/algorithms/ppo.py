@@ -48,7 +48,6 @@ from torchrl.collectors import BaseCollector
 from torchrl_mask.algorithms.collector_source import DEFAULT_BATCH_TIMEOUT, CollectorRollout
 from torchrl_mask.algorithms.minibatches import check_minibatches
 from torchrl_mask.algorithms.predict_masks import UnmaskedPredictWarning, predict_masks
-from torchrl_mask.algorithms.selfplay import SelfPlayPolicy, SelfPlayRollout
 from torchrl_mask.algorithms.vecenv_source import fast_rollout
 from torchrl_mask.fastpath.evaluation import fast_train
 from torchrl_mask.fastpath.stock import stock_predict
@@ -185,7 +184,8 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         :return: this model.
         :raises CollectorFailed: collection failed; the collector is shut down and its workers are gone.
         :raises TypeError: a ``DistributedSyncCollector`` or ``RayCollector(sync=False)`` over several workers
-            (off-policy by one update), a collector policy that is not a ``MaskablePolicyModule``, or a rollout
+            (off-policy by one update), a collector policy that is not a ``MaskablePolicyModule`` (or names a
+            ``rollout_reader`` that is no ``CollectorRollout``), or a rollout
             buffer without ``extend()``; refused before anything runs, the collector left as it was.
         :raises RuntimeError: the collector has been shut down (by an earlier ``learn``, unless
             ``shutdown=False``).
@@ -197,10 +197,10 @@ class MaskablePPO(_SB3ContribMaskablePPO):
             return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps,
                                  use_masking, progress_bar)  # fmt: skip
         # Refused before anything starts (the collector is left as it was); from here on it is shut down.
-        # A collector playing a turn-based game (its policy a SelfPlayPolicy) is read seat by seat.
-        kind = SelfPlayRollout if isinstance(getattr(collector, "policy", None), SelfPlayPolicy) else CollectorRollout
-        source = kind(self, collector, observation_keys, reward_key, batch_timeout, use_masking,
-                      previous=self._kept_collector_rollout)  # fmt: skip
+        # The collector's policy module may name the reader of its batches (a self-play policy reads seat by seat).
+        reader = _rollout_reader(getattr(collector, "policy", None))
+        source = reader(self, collector, observation_keys, reward_key, batch_timeout, use_masking,
+                        previous=self._kept_collector_rollout)  # fmt: skip
         self._kept_collector_rollout = None
         try:
             self._collector_rollout = source
@@ -255,3 +255,20 @@ class MaskablePPO(_SB3ContribMaskablePPO):
     def _excluded_save_params(self) -> list[str]:
         # The VecEnv mask reader belongs to the env, which is not saved either.
         return [*super()._excluded_save_params(), "_vec_env_masks", "_collector_rollout", "_kept_collector_rollout"]
+
+
+def _rollout_reader(policy: Any) -> type[CollectorRollout]:
+    """The reader of a collector's batches: the one its policy module names (``rollout_reader``), else the plain
+    :class:`~torchrl_mask.algorithms.collector_source.CollectorRollout`.
+
+    :param policy: the collector's policy module (None for a ``policy_factory``).
+    :return: a :class:`~torchrl_mask.algorithms.collector_source.CollectorRollout` subclass.
+    :raises TypeError: the policy names something that is not one.
+    """
+    reader = getattr(policy, "rollout_reader", CollectorRollout)
+    if not (isinstance(reader, type) and issubclass(reader, CollectorRollout)):
+        raise TypeError(
+            f"The collector's policy names rollout_reader={reader!r}; it must be a subclass of "
+            "torchrl_mask.algorithms.collector_source.CollectorRollout (or leave it out to read batches step by step)."
+        )
+    return reader

@@ -3,12 +3,12 @@
 One shared policy plays every seat (or, with ``pool_size``, the learner's seat against snapshots of its past
 weights), collected by TorchRL (``Collector`` over a ``SerialEnv`` of ``n_envs`` games, or ``MultiSyncCollector``
 with ``collector="multisync"``) and trained by :meth:`torchrl_mask.MaskablePPO.learn` seat by seat
-(:mod:`torchrl_mask.algorithms.selfplay`). ``n_timesteps`` counts the moves trained on; ``n_steps`` is moves
+(:mod:`torchrl_mask.games.selfplay`). ``n_timesteps`` counts the moves trained on; ``n_steps`` is moves
 per game env per rollout. It writes to the output folder:
 
 - ``model.zip``: the trained model (the observation is the mover's own view of the board);
 - ``win_rates.csv`` and ``learning_curve.png``: win, draw and loss rates against a uniformly random legal player
-  and a one-ply heuristic (:mod:`torchrl_mask.torchrl.pettingzoo_players`), evaluated ``eval_points`` times
+  and a one-ply heuristic (:mod:`torchrl_mask.games.evaluation`), evaluated ``eval_points`` times
   during training;
 - ``evaluation.json``: ``{"vs_random": {"win", "draw", "loss"}, "vs_heuristic": {...}, "illegal_moves": N}``
   over ``eval_episodes`` games each, the trained policy taking the first seat in half of them, and the
@@ -23,80 +23,22 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from sb3_contrib.common.maskable.evaluation import evaluate_policy
-from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
 from torchrl.collectors import BaseCollector, Collector, MultiSyncCollector
 from torchrl.envs import SerialEnv
 
 from torchrl_mask.algorithms.ppo import MaskablePPO
-from torchrl_mask.algorithms.selfplay import SelfPlayPolicy
 from torchrl_mask.app import run_folder
 from torchrl_mask.app.config import TrainConfig, TrainingInterrupted, UsageError, check_config, check_device
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
 from torchrl_mask.app.training import checkpoint_files, checkpoints, quiet_logger
-from torchrl_mask.torchrl.pettingzoo import TurnBasedEnv, make_game
-from torchrl_mask.torchrl.pettingzoo_players import SeatEnv
+from torchrl_mask.games.env import TurnBasedEnv, make_game
+from torchrl_mask.games.evaluation import EVAL_POINT_GAMES, EVAL_POINTS, OPPONENTS, WinRates, evaluate_games
+from torchrl_mask.games.seat_env import SeatEnv
+from torchrl_mask.games.selfplay import SelfPlayPolicy
 
-__all__ = ["OPPONENTS", "SelfPlayResult", "WinRates", "check_game", "evaluate_games", "plot_win_rates", "train"]
-
-OPPONENTS = ("random", "heuristic")
-EVAL_POINTS = 10  # win-rate measurements during training
-EVAL_POINT_GAMES = 50  # games per opponent at each of them
-
-
-def evaluate_games(model: MaskablePPO, game: str, opponent: str, games: int, seed: int) -> dict[str, Any]:
-    """Win, draw and loss rates of the model (deterministic, masked) against a fixed player.
-
-    The model takes the first seat in every other game (:class:`~torchrl_mask.SeatEnv` alternates), and plays
-    through sb3-contrib's ``evaluate_policy`` with ``use_masking=True``.
-
-    :param model: the trained model.
-    :param game: the game's name (``"tictactoe_v3"``).
-    :param opponent: ``"random"`` or ``"heuristic"``.
-    :param games: games to play.
-    :param seed: seeds the games and the opponent.
-    :return: ``{"win", "draw", "loss"}`` as fractions of ``games``, and ``"illegal_moves"``, the model's.
-    """
-    env = SeatEnv(game, opponent=opponent)
-    env.reset(seed=seed)
-    returns, _ = evaluate_policy(model, Monitor(env), n_eval_episodes=games, deterministic=True,
-                                 return_episode_rewards=True, use_masking=True)  # fmt: skip
-    result = np.sign(np.asarray(returns, dtype=float))
-    return {"win": float(np.mean(result > 0)), "draw": float(np.mean(result == 0)),
-            "loss": float(np.mean(result < 0)), "illegal_moves": env.illegal_moves}  # fmt: skip
-
-
-class WinRates(BaseCallback):
-    """Measures the win rates against each fixed player every ``every`` moves trained on, at a rollout's end.
-
-    :param game: the game's name.
-    :param every: moves trained on between measurements.
-    :param games: games per opponent at each measurement.
-    :param seed: seeds the evaluation games.
-    """
-
-    def __init__(self, game: str, every: int, games: int, seed: int) -> None:
-        super().__init__()
-        self.game, self.every, self.games, self.seed = game, max(every, 1), games, seed
-        self.points: list[dict[str, Any]] = []
-        self._next = 0
-
-    def _on_step(self) -> bool:
-        return True
-
-    def _on_rollout_end(self) -> None:
-        if self.num_timesteps < self._next:
-            return
-        self._next = self.num_timesteps + self.every
-        point: dict[str, Any] = {"timestep": self.num_timesteps}
-        for opponent in OPPONENTS:
-            rates = evaluate_games(self.model, self.game, opponent, self.games, self.seed)  # type: ignore[arg-type]
-            point.update({f"vs_{opponent}_{key}": rates[key] for key in ("win", "draw", "loss")})
-        self.points.append(point)
+__all__ = ["SelfPlayResult", "check_game", "plot_win_rates", "train"]
 
 
 @dataclass

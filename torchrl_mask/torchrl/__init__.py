@@ -3,11 +3,10 @@
 - ``envs``: ``masked_gym_env`` and the mask conventions (a gymnasium env as a TorchRL env with a bool
   ``"action_mask"`` entry);
 - ``nested``: nested Dict observations for SB3 (``FlattenNestedDict``);
-- ``pettingzoo``: ``TurnBasedEnv``, a PettingZoo turn-based game as a TorchRL env (one move per step, the mover's
-  view); ``pettingzoo_players``: random and one-ply heuristic players, ``SeatEnv`` (one seat against a fixed player);
 - ``policy``: ``MaskablePolicyModule``, the model's policy as a TorchRL policy module for collectors;
 - ``workers``: watching collector worker processes, so a dead or silent worker is an error, not a hang.
 
 May import: :mod:`torchrl_mask.rollout`, :mod:`torchrl_mask.distributions`, :mod:`torchrl_mask.fastpath`; never
-:mod:`torchrl_mask.algorithms`, :mod:`torchrl_mask.app` or :mod:`torchrl_mask.bench`.
+:mod:`torchrl_mask.algorithms`, :mod:`torchrl_mask.games`, :mod:`torchrl_mask.app` or :mod:`torchrl_mask.bench`.
+Turn-based games (PettingZoo) live in :mod:`torchrl_mask.games`.
 """

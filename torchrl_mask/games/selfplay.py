@@ -1,8 +1,9 @@
 """Self-play for turn-based games: one shared policy plays every seat, and each seat learns from its own moves.
 
-A collector over :class:`~torchrl_mask.torchrl.pettingzoo.TurnBasedEnv` running :class:`SelfPlayPolicy` gives
+A collector over :class:`~torchrl_mask.games.env.TurnBasedEnv` running :class:`SelfPlayPolicy` gives
 batches of the game's alternating moves, ``(n_envs, T)``. ``MaskablePPO.learn(total, collector=collector)``
-sees the :class:`SelfPlayPolicy` and reads each batch through :class:`SelfPlayRollout`, which splits it by seat
+reads each batch with the reader the policy names (:attr:`SelfPlayPolicy.rollout_reader`,
+:class:`SelfPlayRollout`), which splits it by seat
 before the rollout's ``extend`` (:func:`seat_transitions`). A seat's transition is its move:
 
 - observation, mask, action, log-probability and value: the mover's, at its move;
@@ -55,9 +56,9 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from torchrl_mask.algorithms.collector_source import EPISODE_REWARD, STEP_COUNT, CollectorRollout
+from torchrl_mask.games.env import LEARNER_SEAT, OPPONENT, SEAT, SEAT_REWARD
 from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.buffers import MaskableRolloutBuffer
-from torchrl_mask.torchrl.pettingzoo import LEARNER_SEAT, OPPONENT, SEAT, SEAT_REWARD
 from torchrl_mask.torchrl.policy import MaskablePolicyModule
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ class SelfPlayPolicy(TensorDictModuleBase):
     """The model's policy playing every seat of a turn-based game, or the learner's seat against past snapshots.
 
     Reads ``"observation"`` and ``"action_mask"`` (and, with a pool, ``"seat"``, ``"learner_seat"`` and
-    ``"opponent"``, as :class:`~torchrl_mask.torchrl.pettingzoo.TurnBasedEnv` writes them) and writes
+    ``"opponent"``, as :class:`~torchrl_mask.games.env.TurnBasedEnv` writes them) and writes
     ``"action"``, ``"action_log_prob"`` and ``"state_value"`` as :class:`~torchrl_mask.MaskablePolicyModule`
     does. Its pool snapshots are submodules, so ``collector.update_policy_weights_()`` ships them to worker
     processes with the learner's weights.
@@ -114,6 +115,11 @@ class SelfPlayPolicy(TensorDictModuleBase):
     def policy(self) -> MaskableActorCriticPolicy:
         """The learner's sb3-contrib policy."""
         return self.learner.policy
+
+    @property
+    def rollout_reader(self) -> type[SelfPlayRollout]:
+        """How ``MaskablePPO.learn(collector=...)`` reads the batches this policy collects: seat by seat."""
+        return SelfPlayRollout
 
     def learner_moves(self, batch: TensorDictBase) -> torch.Tensor:
         """Which moves of a batch the learner made (all of them in pure self-play).
@@ -287,7 +293,7 @@ class SelfPlayRollout(CollectorRollout):
     ``extend``; the batch fetching, weight updates, buffer shape and callbacks are the collector source's.
 
     :param model: the MaskablePPO being trained.
-    :param collector: a TorchRL collector over :class:`~torchrl_mask.torchrl.pettingzoo.TurnBasedEnv` running
+    :param collector: a TorchRL collector over :class:`~torchrl_mask.games.env.TurnBasedEnv` running
         a :class:`SelfPlayPolicy` over ``model.policy``.
     :param args: the rest of :class:`~torchrl_mask.algorithms.collector_source.CollectorRollout`'s arguments.
     :param kwargs: the same, by name.

@@ -3,7 +3,7 @@
 :class:`TurnBasedEnv` wraps a PettingZoo AEC game (``connect_four_v3``, ``tictactoe_v3``, any classic game with an
 ``"action_mask"`` in its observations). Each step is one move by the seat to move, and carries what a self-play
 rollout needs to split the game into one trajectory per seat
-(:func:`torchrl_mask.algorithms.selfplay.seat_transitions`):
+(:func:`torchrl_mask.games.selfplay.seat_transitions`):
 
 - ``"observation"``, ``"action_mask"`` (bool ``(n_actions,)``): the mover's own view and its legal moves, under the
   keys :class:`~torchrl_mask.MaskablePolicyModule` reads, so one shared policy plays every seat;
@@ -14,7 +14,7 @@ rollout needs to split the game into one trajectory per seat
   ``"is_init"`` ``(1,)``: the step begins a game (as TorchRL's ``InitTracker`` writes it);
 - ``"learner_seat"``, ``"opponent"`` (int64, ``()``), with ``opponents > 0``: drawn at every reset, the seat the
   learning policy plays in this game and which snapshot of the pool plays the others
-  (:class:`~torchrl_mask.algorithms.selfplay.SelfPlayPolicy` reads them).
+  (:class:`~torchrl_mask.games.selfplay.SelfPlayPolicy` reads them).
 
 Why not TorchRL's ``PettingZooWrapper(use_mask=True)``: it keeps one observation, mask and action per seat group
 and needs an action for every group at every step, so the policy would need a transform to read the mover's group
@@ -47,7 +47,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-__all__ = ["TurnBasedEnv", "make_game"]
+__all__ = ["TurnBasedEnv", "game_spaces", "make_game"]
 
 SEAT = "seat"
 SEAT_REWARD = "seat_reward"
@@ -86,8 +86,13 @@ def make_game(game: str | Any) -> Any:
     return module.env()
 
 
-def _game_spaces(game: Any) -> tuple[spaces.Box, spaces.Discrete]:
-    """The mover's observation (the Dict's ``"observation"`` entry) and action space, the same for every seat."""
+def game_spaces(game: Any) -> tuple[spaces.Box, spaces.Discrete]:
+    """The mover's observation (the Dict's ``"observation"`` entry) and action space, the same for every seat.
+
+    :param game: a PettingZoo AEC env.
+    :return: the ``"observation"`` Box and the Discrete action space of its first seat.
+    :raises ValueError: observations without PettingZoo's masked Dict, or actions that are not Discrete.
+    """
     agent = game.possible_agents[0]
     observation_space = game.observation_space(agent)
     if not isinstance(observation_space, spaces.Dict) or "action_mask" not in observation_space.spaces:
@@ -126,7 +131,7 @@ class TurnBasedEnv(EnvBase):
         self.game = make_game(game)
         self.seats: list[str] = list(self.game.possible_agents)
         self.opponents = opponents
-        observation_space, action_space = _game_spaces(self.game)
+        observation_space, action_space = game_spaces(self.game)
         self.observation_space, self.action_space = observation_space, action_space
         n_seats, n_actions = len(self.seats), int(action_space.n)
         low, high = (torch.as_tensor(bound) for bound in (observation_space.low, observation_space.high))

@@ -1,0 +1,14 @@
+"""Turn-based games as one concern: PettingZoo's AEC games trained by self-play and judged against fixed players.
+
+- ``env``: ``TurnBasedEnv``, a PettingZoo AEC game as a TorchRL env (one move per step, the mover's view and mask);
+- ``selfplay``: ``SelfPlayPolicy`` (one shared policy for every seat, or the learner against past snapshots) and
+  the reader that splits a collector's batch of alternating moves into each seat's trajectory
+  (``SelfPlayPolicy.rollout_reader``, which ``MaskablePPO.learn(collector=...)`` uses);
+- ``players``: fixed players, functions ``(observation, mask, rng) -> action``;
+- ``seat_env``: ``SeatEnv``, one seat of a game as a gymnasium env against a fixed player;
+- ``evaluation``: the evaluation ladder (win rates against the fixed players, during and after training).
+
+May import: :mod:`torchrl_mask.rollout`, :mod:`torchrl_mask.distributions`, :mod:`torchrl_mask.torchrl`,
+:mod:`torchrl_mask.algorithms`; never :mod:`torchrl_mask.app` or :mod:`torchrl_mask.bench`. The algorithms never
+import this package.
+"""
