@@ -53,7 +53,6 @@ from torchrl_mask.fastpath.evaluation import fast_train
 from torchrl_mask.fastpath.stock import stock_predict
 from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.buffers import MaskableDictRolloutBuffer, MaskableRolloutBuffer
-from torchrl_mask.rollout.masks import mask_spec
 from torchrl_mask.torchrl.nested import flatten_nested_env, flatten_observation
 from torchrl_mask.torchrl.workers import orphan_guard
 from torchrl_mask.torchrl.workers import shutdown as shutdown_collector
@@ -118,8 +117,9 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         """
         if isinstance(observation, Mapping) and any(isinstance(v, Mapping) for v in observation.values()):
             observation = flatten_observation(observation)
-        action_masks = predict_masks(self.action_space, self.observation_space, observation, action_masks, self.env)
-        groups = None if action_masks is None else mask_spec(self.action_space).groups
+        action_masks, groups = predict_masks(
+            self.action_space, self.observation_space, observation, action_masks, self.env
+        )
         with stock_predict(self.policy, groups):  # the one masked distribution draws, as in the rollouts
             return super().predict(observation, state, episode_start, deterministic, action_masks)  # type: ignore[arg-type]
 

@@ -12,8 +12,9 @@ Example:
     >>> import numpy as np
     >>> from gymnasium import spaces
     >>> space = spaces.Box(-1, 1, (3,))
-    >>> predict_masks(spaces.Discrete(4), space, np.zeros((2, 3)), [[1, 0, 0, 0], [0, 1, 1, 0]], None).tolist()
-    [[True, False, False, False], [False, True, True, False]]
+    >>> masks, groups = predict_masks(spaces.Discrete(4), space, np.zeros((2, 3)), [[1, 0, 0, 0], [0, 1, 1, 0]], None)
+    >>> masks.tolist(), groups
+    ([[True, False, False, False], [False, True, True, False]], (4,))
     >>> predict_masks(spaces.Discrete(4), space, np.zeros((2, 3)), [1, 0, 0, 0], None)
     Traceback (most recent call last):
     ...
@@ -78,7 +79,7 @@ def predict_masks(
     observation: Any,
     action_masks: Any,
     env: Any,
-) -> MaskArray | None:
+) -> tuple[MaskArray | None, tuple[int, ...] | None]:
     """The masks a model's ``predict`` draws under, checked; None to draw unmasked (warned where ``env`` has masks).
 
     :param action_space: the model's action space.
@@ -88,7 +89,8 @@ def predict_masks(
         ``prod(dims) == mask_dims``); any dtype whose entries are 0 or 1; None reads a Dict observation's
         ``"action_mask"`` entry if it has one.
     :param env: the model's env (None: no warning).
-    :return: bool rows ``(n, mask_dims)``, a numpy array (a tensor where a tensor was given), or None.
+    :return: bool rows ``(n, mask_dims)``, a numpy array (a tensor where a tensor was given), and the sizes of the
+        sub-actions' groups (``MaskSpec.groups``); or ``(None, None)``.
     :raises ValueError: an action space that cannot be masked, a mask of the wrong size or row count, with entries
         other than 0 and 1, or a row (or sub-action) that allows no action.
     """
@@ -104,7 +106,7 @@ def predict_masks(
                 UnmaskedPredictWarning,
                 stacklevel=3,
             )
-        return None
+        return None, None
     try:
         spec = mask_spec(action_space)
     except TypeError:
@@ -115,4 +117,4 @@ def predict_masks(
     if not isinstance(action_masks, torch.Tensor):
         action_masks = np.asarray(action_masks)
     n_observations = _observation_count(observation, observation_space)
-    return spec.check(action_masks, n_observations, lambda row: f"observation {row}")
+    return spec.check(action_masks, n_observations, lambda row: f"observation {row}"), spec.groups

@@ -243,7 +243,7 @@ class MaskableRecurrentPPO(RecurrentPPO):
         :raises ValueError: a mask of the wrong size or row count, with entries other than 0 and 1, or allowing no
             action; masks for an action space that cannot be masked.
         """
-        masks = predict_masks(self.action_space, self.observation_space, observation, action_masks, self.env)
+        masks, _ = predict_masks(self.action_space, self.observation_space, observation, action_masks, self.env)
         return self.policy.predict(observation, state, episode_start, deterministic, action_masks=masks)
 
 
