@@ -23,6 +23,7 @@ import importlib.util
 import re
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -63,6 +64,7 @@ __all__ = [
     "check_minibatches",
     "check_paths",
     "check_pool_size",
+    "failed",
     "game_hyperparams",
     "load_conf_file",
     "parse_hyperparam",
@@ -104,6 +106,21 @@ class TrainingFailed(Exception):
 
 
 CRASH_FILE = "crash.txt"  # the traceback of a TrainingFailed, in the output folder
+
+
+def failed(out: Path, stage: str, error: BaseException) -> TrainingFailed:
+    """The :class:`TrainingFailed` to raise for ``error``, its traceback written to ``out``'s :data:`CRASH_FILE`.
+
+    :param out: the output folder, where the model was saved.
+    :param stage: what was running (``"the final evaluation"``).
+    :param error: what it raised.
+    :return: the exception; its message names the stage, the error, where it was raised and the saved model.
+    """
+    (out / CRASH_FILE).write_text("".join(traceback.format_exception(error)))
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" in {Path(frames[-1].filename).name}:{frames[-1].lineno} ({frames[-1].name})" if frames else ""
+    return TrainingFailed(out, stage + where, error)
+
 
 #: ``--algo``'s choices (rl-zoo3's names) and the model each trains.
 ALGOS = {"ppo_mask": "MaskablePPO", "ppo_lstm_mask": "MaskableRecurrentPPO"}

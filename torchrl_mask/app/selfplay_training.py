@@ -27,17 +27,11 @@ from torchrl.envs import SerialEnv
 
 from torchrl_mask.algorithms.ppo import MaskablePPO
 from torchrl_mask.app import run_folder
-from torchrl_mask.app.config import TrainConfig, TrainingInterrupted, UsageError, check_config, check_device
+from torchrl_mask.app.config import TrainConfig, TrainingInterrupted, UsageError, check_config, check_device, failed
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
 from torchrl_mask.app.selfplay_files import hyperparams_used, plot_win_rates, write_curve, write_evaluation
-from torchrl_mask.app.training import (
-    check_trained_agent,
-    checkpoint_files,
-    checkpoints,
-    failed,
-    model_kwargs,
-    quiet_logger,
-)
+from torchrl_mask.app.trained_agent import check_trained_agent
+from torchrl_mask.app.training import checkpoint_files, checkpoints, model_kwargs, quiet_logger
 from torchrl_mask.games.env import TurnBasedEnv, game_spaces, make_game
 from torchrl_mask.games.evaluation import EVAL_POINT_GAMES, EVAL_POINTS, WinRates, evaluate_ladder
 from torchrl_mask.games.seat_env import SeatEnv
@@ -121,7 +115,7 @@ def _check(config: TrainConfig) -> tuple[Path, str, str]:
     game = check_game(config.env_id)
     if config.trained_agent is not None:
         seat_env = SeatEnv(game)
-        check_trained_agent(config.trained_agent, seat_env)
+        check_trained_agent(config.trained_agent, seat_env, MaskablePPO)
         seat_env.close()
     return out, device, game
 

@@ -26,16 +26,12 @@ from __future__ import annotations
 
 import inspect
 import json
-import pickle
 import sys
-import traceback
-import zipfile
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import torch
 from gymnasium import spaces
 from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
@@ -43,7 +39,7 @@ from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import HumanOutputFormat, Logger
 from stable_baselines3.common.preprocessing import is_image_space
-from stable_baselines3.common.utils import LinearSchedule, check_for_correct_spaces
+from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from torchrl.collectors import BaseCollector, Collector, MultiSyncCollector
 from torchrl.envs import SerialEnv
@@ -53,24 +49,22 @@ from torchrl_mask.algorithms.ppo import MaskablePPO
 from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
 from torchrl_mask.app import results, run_folder
 from torchrl_mask.app.config import (
-    CRASH_FILE,
     TrainConfig,
-    TrainingFailed,
     TrainingInterrupted,
     UsageError,
     check_config,
     check_device,
+    failed,
 )
-from torchrl_mask.app.masked_env import collector_env, make_masked_env, one_line
+from torchrl_mask.app.masked_env import collector_env, make_masked_env
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
+from torchrl_mask.app.trained_agent import check_trained_agent
 from torchrl_mask.torchrl.policy import MaskablePolicyModule
 
 __all__ = [
     "TrainResult",
     "TrainingInterrupted",
-    "check_trained_agent",
     "describe_masks",
-    "failed",
     "model_kwargs",
     "train",
 ]
@@ -216,24 +210,6 @@ def _policy_parameters(policy_class: type) -> set[str]:
     return set()
 
 
-def check_trained_agent(path: Path, env: gym.Env, algo: str = "ppo_mask") -> None:
-    """``path`` loads as the ``algo``'s model, its spaces the env's."""
-    try:
-        saved = ALGORITHMS[algo].load(path, device="cpu")
-        check_for_correct_spaces(env, saved.observation_space, saved.action_space)
-    except (
-        AssertionError,
-        ValueError,
-        KeyError,
-        OSError,
-        RuntimeError,
-        pickle.UnpicklingError,
-        zipfile.BadZipFile,
-    ) as err:
-        raise UsageError(f"-i {path}: cannot continue from it: {one_line(err)} Pass a "
-                         f"{ALGORITHMS[algo].__name__} .zip saved for this env.") from None  # fmt: skip
-
-
 def _prepare(config: TrainConfig) -> _Plan:
     """Every check of the configuration, in the order a user fixes them; nothing is written."""
     out = check_config(config)
@@ -243,7 +219,7 @@ def _prepare(config: TrainConfig) -> _Plan:
         policy = _policy(config, env.observation_space)
         kwargs = model_kwargs(config.hyperparams, policy, config.algo)
         if config.trained_agent is not None:
-            check_trained_agent(config.trained_agent, env, config.algo)
+            check_trained_agent(config.trained_agent, env, ALGORITHMS[config.algo])
         mask_text = MASK_SOURCE_TEXT[env.get_wrapper_attr("source")]
     finally:
         env.close()
@@ -368,20 +344,6 @@ def _learn_and_save(config: TrainConfig, plan: _Plan, monitor_dir: Path) -> tupl
     if error is not None:
         raise failed(plan.out, f"training (at step {model.num_timesteps:,})", error) from error
     return model, curve
-
-
-def failed(out: Path, stage: str, error: BaseException) -> TrainingFailed:
-    """The :class:`TrainingFailed` to raise for ``error``, its traceback written to ``out``'s :data:`CRASH_FILE`.
-
-    :param out: the output folder, where the model was saved.
-    :param stage: what was running (``"the final evaluation"``).
-    :param error: what it raised.
-    :return: the exception; its message names the stage, the error, where it was raised and the saved model.
-    """
-    (out / CRASH_FILE).write_text("".join(traceback.format_exception(error)))
-    frames = traceback.extract_tb(error.__traceback__)
-    where = f" in {Path(frames[-1].filename).name}:{frames[-1].lineno} ({frames[-1].name})" if frames else ""
-    return TrainingFailed(out, stage + where, error)
 
 
 def train(config: TrainConfig) -> TrainResult:
