@@ -152,7 +152,7 @@ def test_after_a_refused_ray_collector_a_correct_one_in_the_same_process_trains(
     endless = RayCollector(envs, MaskablePolicyModule(model.policy), frames_per_batch=64, total_frames=-1,
                            remote_configs=ONE_CPU)  # fmt: skip
     try:
-        with pytest.raises(ValueError, match=r"total_frames=-1\) yields no batch.*has shut this RayCollector down"):
+        with pytest.raises(ValueError, match=r"total_frames=-1\) yields no batch") as refused:
             model.learn(64, collector=endless)
         assert endless.remote_collectors == []
         deadline = time.monotonic() + 60  # Ray frees a killed actor's CPU once its process is gone
@@ -164,5 +164,6 @@ def test_after_a_refused_ray_collector_a_correct_one_in_the_same_process_trains(
         train_within(model, corrected, 128, seconds=150)
         assert model.num_timesteps == 128
         assert corrected.remote_collectors == []  # learn() shut it down at the end
+        assert "learn() has shut this RayCollector down (collector.shutdown())" in str(refused.value)
     finally:
         shutdown(endless)

@@ -152,20 +152,11 @@ def _silent_workers(procs: list[BaseProcess], thread: threading.Thread, collecto
     frame = sys._current_frames().get(thread.ident or -1)
     for waiting in _frames(frame):
         received = waiting.f_locals.get("recv") if waiting.f_locals.get("self") is collector else None
-        if received is not None:
-            delivered = {index for data, _ in list(received) if (index := _sender(data)) is not None}
+        if received is not None:  # (data, iteration): data is (batch, worker) on a worker's first batch, else worker
+            delivered = {data[1] if isinstance(data, tuple) else data for data, _ in list(received)}
             break
     silent = [f"worker {i} (pid {proc.pid})" for i, proc in enumerate(procs) if i not in delivered]
     return ", ".join(silent) if silent else "its workers"
-
-
-def _sender(data: Any) -> int | None:
-    """The index of the worker that sent ``data``, one entry ``(data, iteration)`` of ``MultiSyncCollector``'s
-    ``recv``: ``(batch, worker)`` on a worker's first batch, the bare ``worker`` after it (the batch is then in
-    shared memory); None for anything else."""
-    if isinstance(data, tuple) and len(data) == 2 and isinstance(data[1], int):
-        return data[1]
-    return data if isinstance(data, int) else None
 
 
 def _exitcode(proc: BaseProcess) -> int | None:
@@ -184,11 +175,8 @@ def _death(index: int, proc: BaseProcess) -> str:
     recorded = _recorded_error(proc.pid)
     if recorded:
         cause = f"it raised {recorded}"
-    elif recorded == "":  # the worker was recording, and no exception ended it
-        cause = (
-            "it raised no exception and printed no traceback: its env or policy ended the process itself "
-            "(os._exit or sys.exit?)"
-        )
+    elif recorded == "":  # recording from its start, and no exception ended it
+        cause = "it raised no exception and printed no traceback (os._exit or sys.exit in its env or policy?)"
     else:  # a forked worker, or one without a MaskablePolicyModule, records nothing
         cause = "it could not report why (an exception in its env or policy prints its traceback above)"
     return f"worker {index} (pid {proc.pid}) exited with code {code}: {cause}"
