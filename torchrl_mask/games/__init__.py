@@ -4,6 +4,7 @@
 - ``selfplay``: ``SelfPlayPolicy`` (one shared policy for every seat, or the learner against past snapshots) and
   the reader that splits a collector's batch of alternating moves into each seat's trajectory
   (``SelfPlayPolicy.rollout_reader``, which ``MaskablePPO.learn(collector=...)`` uses);
+- ``network``: ``BoardCNN``, a convolutional features extractor for channels-last boards (any MaskablePPO);
 - ``players``: fixed players, functions ``(observation, mask, rng) -> action``;
 - ``seat_env``: ``SeatEnv``, one seat of a game as a gymnasium env against a fixed player;
 - ``evaluation``: the evaluation ladder (win rates against the fixed players, during and after training).
