@@ -7,6 +7,7 @@
 - ``network``: ``BoardCNN``, a convolutional features extractor for channels-last boards (any MaskablePPO);
 - ``players``: fixed players, functions ``(observation, mask, rng) -> action``;
 - ``seat_env``: ``SeatEnv``, one seat of a game as a gymnasium env against a fixed player;
+- ``text``: a seat's view as text and its moves by name (what ``torchrl-mask play`` shows and reads);
 - ``evaluation``: the evaluation ladder (win rates against the fixed players, during and after training).
 
 May import: :mod:`torchrl_mask.rollout`, :mod:`torchrl_mask.distributions`, :mod:`torchrl_mask.torchrl`,
