@@ -18,6 +18,9 @@ holds the command line and nothing heavy: ``--help`` and a bad option answer bef
 and reports win, draw and loss rates against random and heuristic players
 (:mod:`torchrl_mask.app.selfplay_training`; ``--pool-size N`` plays against past snapshots).
 
+``torchrl-mask play --env pettingzoo:<game> -i model.zip`` lets a person play a trained model in the terminal
+(:mod:`torchrl_mask.app.play`; ``--seat first|second|random``).
+
 ``torchrl-mask bench`` hands every argument after it to :func:`torchrl_mask.bench.buffers.main` (``bench learn``: the
 end-to-end benchmark, :mod:`torchrl_mask.bench.learn`).
 
@@ -256,13 +259,27 @@ def _add_how_to_run(train: argparse.ArgumentParser) -> None:
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+def _add_play(commands: Any) -> None:
+    """``play``: the game, the model, the person's seat, the seed."""
+    play = commands.add_parser(
+        "play",
+        help="play a trained self-play model in the terminal",
+        description="Play a model trained by `torchrl-mask train --env pettingzoo:<game>`, in the terminal.",
+        formatter_class=_HelpFormatter,
+    )
+    play.add_argument("--env", required=True, help="pettingzoo:<game>, the game the model was trained on")
+    play.add_argument("-i", "--trained-agent", type=Path, required=True, metavar="PATH", help="the model.zip")
+    play.add_argument("--seat", choices=("first", "second", "random"), default="random", help="your seat")
+    play.add_argument("--seed", type=_seed, default=0, help="seed of the game (cards dealt) and of a random seat")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``torchrl-mask`` argument parser.
 
     :return: a parser whose errors raise :class:`~torchrl_mask.app.config.UsageError`.
     """
     parser = _Parser(prog="torchrl-mask", description="Action-masked PPO with TorchRL-backed rollouts.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,bench}", parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,play,bench}", parser_class=_Parser)
     train_parser = commands.add_parser(
         "train",
         help="train MaskablePPO on a masked env, evaluate it, save the model and a learning-curve PNG",
@@ -272,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for add_arguments in (_add_what_to_train, _add_what_to_write, _add_how_to_run):
         add_arguments(train_parser)
+    _add_play(commands)
     commands.add_parser(
         "bench",
         add_help=False,  # every argument after `bench`, --help included, belongs to the benchmark
@@ -333,6 +351,12 @@ def _run_train(args: argparse.Namespace) -> int:
     return run_train(config, COLLECTOR_TEXT)
 
 
+def _run_play(args: argparse.Namespace) -> int:
+    from torchrl_mask.app import play  # it checks the env and the file before it imports torch
+
+    return play.play(play.PlayConfig(args.env, args.trained_agent, args.seat, args.seed))
+
+
 def _run_bench(argv: list[str]) -> int:
     try:
         benchmark = importlib.import_module("torchrl_mask.bench.buffers")
@@ -364,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_bench(argv[argv.index("bench") + 1 :])
         if extra:
             raise UsageError(f"unrecognized arguments: {' '.join(extra)}; see `torchrl-mask {args.command} --help`.")
-        return _run_train(args)
+        return _run_play(args) if args.command == "play" else _run_train(args)
     except UsageError as err:
         print(f"torchrl-mask: error: {err}", file=sys.stderr)
         return EXIT_USAGE
