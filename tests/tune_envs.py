@@ -47,3 +47,18 @@ class PickLegal(gym.Env):
 
 
 gym.register("PickLegal-v0", entry_point=PickLegal)
+
+
+class BreaksAfter(PickLegal):
+    """:class:`PickLegal` whose 40th step raises, as an env with a bug does: every trial on it fails."""
+
+    steps = 0
+
+    def step(self, action: Any) -> tuple[int, float, bool, bool, dict[str, Any]]:
+        self.steps += 1
+        if self.steps == 40:
+            raise ValueError("the env broke on step 40")
+        return super().step(action)
+
+
+gym.register("BreaksAfter-v0", entry_point=BreaksAfter)

@@ -207,14 +207,14 @@ def _check_storage(storage: str) -> None:
     try:
         url = make_url(storage)
         url.get_dialect()
+    except NoSuchModuleError:
+        raise UsageError(f"--storage {storage}: SQLAlchemy has no dialect {url.drivername!r}; use sqlite, "
+                         "postgresql or mysql (with its driver installed).") from None  # fmt: skip
     except (ArgumentError, ValueError):
         raise UsageError(
             f"--storage {storage!r} is not a storage URL; pass e.g. sqlite:///study.db, "
             "postgresql://user:password@host/db, or a journal file ending in .log."
         ) from None
-    except NoSuchModuleError:
-        raise UsageError(f"--storage {storage}: SQLAlchemy has no dialect {url.drivername!r}; use sqlite, "
-                         "postgresql or mysql (with its driver installed).") from None  # fmt: skip
     if url.drivername.startswith("sqlite") and url.database and not Path(url.database).parent.is_dir():
         raise UsageError(f"--storage {storage}: no folder {Path(url.database).parent}; create it first.")
 
