@@ -35,7 +35,7 @@ from typing import Any
 import optuna
 import torch
 from optuna.storages.journal import JournalFileBackend
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 
@@ -206,7 +206,7 @@ def make_study(config: TuneConfig, out: Path) -> optuna.Study:
                 storage = optuna.storages.JournalStorage(JournalFileBackend(url))
             return optuna.create_study(storage=storage, sampler=sampler, pruner=pruner, study_name=config.name(),
                                        direction="maximize", load_if_exists=True)  # fmt: skip
-        except OperationalError as err:
+        except DBAPIError as err:  # OperationalError (locked), IntegrityError (both stamped the schema)
             if attempt == 4:
                 raise UsageError(f"--storage {url}: cannot open it ({one_line(err.orig or err)})") from None
             time.sleep(0.5 + attempt)
