@@ -30,6 +30,7 @@ from torchrl_mask.app.config import load_conf_file
 from torchrl_mask.app.hyperparams import check_hyperparams, check_minibatches
 from torchrl_mask.app.masked_env import make_masked_env
 from torchrl_mask.app.tune import trial_value
+from torchrl_mask.app.tune_outputs import conf_text
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = "tune_envs:PickLegal-v0"
@@ -72,6 +73,25 @@ def test_a_fixed_hyperparameter_is_not_searched() -> None:
     assert {key: params[key] for key in fixed} == fixed
     assert not {"one_minus_gamma", "n_steps", "net_arch", "lstm_hidden_size"} & set(trial.params)
     check_minibatches(33, 3, params["batch_size"])  # 99 rows: the drawn batch size leaves no one-row minibatch
+
+
+def test_best_yaml_reads_back_as_the_trial_and_names_the_command_that_retrains_it(tmp_path: Path) -> None:
+    policy_kwargs = {"net_arch": {"pi": [64], "vf": [64]}, "activation_fn": "nn.ReLU", "lstm_hidden_size": 32}
+    hyperparams = {
+        "n_envs": 2,
+        "n_steps": 64,
+        "learning_rate": 1.2345e-05,
+        "gamma": 0.9912,
+        "policy_kwargs": policy_kwargs,
+    }
+    trial = optuna.trial.create_trial(value=3.5, user_attrs={"hyperparams": hyperparams, "seed": 7})
+    path = tmp_path / "best_hyperparams.yml"
+    path.write_text(conf_text(ENV, 512, trial, eval_episodes=5, algo="ppo_lstm_mask"))
+    assert load_conf_file(path, ENV) == {"n_timesteps": 512, **hyperparams}
+    assert (
+        f"train --env {ENV} --algo ppo_lstm_mask --conf-file best_hyperparams.yml --seed 7 --eval-episodes 5"
+        in path.read_text().splitlines()[1]
+    )
 
 
 def test_a_trial_value_differs_between_masked_and_unmasked_evaluation() -> None:

@@ -25,6 +25,7 @@ import math
 import os
 import socket
 import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -55,6 +56,9 @@ __all__ = [
     "trial_value",
     "tune",
 ]
+
+
+_WRITING = threading.Lock()  # --n-jobs: trials end in threads, each rewriting the same files
 
 
 class TrialDiverged(RuntimeError):
@@ -250,8 +254,9 @@ def _report_trial(config: TuneConfig, out: Path, study: optuna.Study, trial: opt
     state = trial.state.name.lower()
     value = f" value {trial.value:g}" if trial.value is not None else ""
     reason = trial.user_attrs.get("fail_reason", "")
-    print(f"trial {trial.number}: {state}{value}{': ' + reason if reason else ''}", flush=True)
-    tune_outputs.write_outputs(study, out, config.env_id, config.n_timesteps, config.eval_episodes)
+    with _WRITING:
+        print(f"trial {trial.number}: {state}{value}{': ' + reason if reason else ''}", flush=True)
+        tune_outputs.write_outputs(study, out, config.env_id, config.n_timesteps, config.eval_episodes, config.algo)
 
 
 def tune(config: TuneConfig) -> TuneResult:
@@ -277,7 +282,9 @@ def tune(config: TuneConfig) -> TuneResult:
                 )  # fmt: skip
         except KeyboardInterrupt:
             interrupted = True
-        files = tune_outputs.write_outputs(study, out, config.env_id, config.n_timesteps, config.eval_episodes)
+        files = tune_outputs.write_outputs(
+            study, out, config.env_id, config.n_timesteps, config.eval_episodes, config.algo
+        )
         plots, notes = tune_outputs.write_plots(study, out)
     if config.storage is None:
         files.insert(0, tune_args.STUDY_DB)

@@ -65,13 +65,16 @@ def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
         return None
 
 
-def conf_text(env_id: str, n_timesteps: int, trial: optuna.trial.FrozenTrial, eval_episodes: int) -> str:
+def conf_text(
+    env_id: str, n_timesteps: int, trial: optuna.trial.FrozenTrial, eval_episodes: int, algo: str = "ppo_mask"
+) -> str:
     """``best_hyperparams.yml``: the trial's hyperparameters keyed by env id, with the command that retrains it.
 
     :param env_id: the env tuned.
     :param n_timesteps: env steps per trial.
     :param trial: a completed trial, with its ``hyperparams`` and ``seed`` attributes.
     :param eval_episodes: episodes of the trial's evaluation.
+    :param algo: the ``--algo`` tuned (named in the command unless it is ``ppo_mask``, ``train``'s default).
     :return: the file's text.
     """
     hyperparams = {"n_timesteps": n_timesteps, **trial.user_attrs["hyperparams"]}
@@ -82,13 +85,16 @@ def conf_text(env_id: str, n_timesteps: int, trial: optuna.trial.FrozenTrial, ev
     seed = trial.user_attrs["seed"]
     header = (
         f"# Best trial {trial.number}: masked mean return {trial.value:g} over {eval_episodes} episodes, seed {seed}.\n"
-        f"# Retrain it: torchrl-mask train --env {env_id} --conf-file {BEST_YAML} --seed {seed} "
+        f"# Retrain it: torchrl-mask train --env {env_id}{'' if algo == 'ppo_mask' else ' --algo ' + algo} "
+        f"--conf-file {BEST_YAML} --seed {seed} "
         f"--eval-episodes {eval_episodes}\n"
     )
-    return header + yaml.safe_dump({env_id: ordered}, sort_keys=False, default_flow_style=False)
+    return header + yaml.safe_dump({env_id: ordered}, sort_keys=False, default_flow_style=False, width=10_000)
 
 
-def write_outputs(study: optuna.Study, out: Path, env_id: str, n_timesteps: int, eval_episodes: int) -> list[str]:
+def write_outputs(
+    study: optuna.Study, out: Path, env_id: str, n_timesteps: int, eval_episodes: int, algo: str = "ppo_mask"
+) -> list[str]:
     """Write ``trials.csv`` and, once a trial completed, ``best_hyperparams.yml`` (each replaced whole).
 
     :param study: the study.
@@ -96,6 +102,7 @@ def write_outputs(study: optuna.Study, out: Path, env_id: str, n_timesteps: int,
     :param env_id: the env tuned.
     :param n_timesteps: env steps per trial.
     :param eval_episodes: episodes per evaluation.
+    :param algo: the ``--algo`` tuned.
     :return: the names of the files written.
     """
     written = []
@@ -104,7 +111,7 @@ def write_outputs(study: optuna.Study, out: Path, env_id: str, n_timesteps: int,
     written.append(TRIALS_CSV)
     best = best_trial(study)
     if best is not None:
-        _replace(out / BEST_YAML, conf_text(env_id, n_timesteps, best, eval_episodes))
+        _replace(out / BEST_YAML, conf_text(env_id, n_timesteps, best, eval_episodes, algo))
         written.append(BEST_YAML)
     return written
 
