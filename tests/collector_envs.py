@@ -4,6 +4,7 @@ test_workers). Worker processes import the env factories from here, so they live
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import gymnasium as gym
@@ -114,6 +115,25 @@ class Explodes(gym.Wrapper):
         self.steps += 1
         if self.steps == 40:
             raise ValueError("the env broke on its 40th step")
+        return self.env.step(action)
+
+
+def exiting_env() -> Any:
+    torch.set_num_threads(1)
+    return masked_gym_env(ExitsOnStep(gym.make(TAXI)))
+
+
+class ExitsOnStep(gym.Wrapper):
+    """Ends its process on the third step with ``os._exit(3)``: no exception, no traceback."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.steps = 0
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        if self.steps == 3:
+            os._exit(3)
         return self.env.step(action)
 
 

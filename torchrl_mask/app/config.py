@@ -75,13 +75,26 @@ class TrainingInterrupted(Exception):
 # torchrl-mask train --env pettingzoo:<game>: self-play defaults. n_timesteps counts the moves trained on, n_envs
 # the games played side by side, n_steps the moves of each per rollout. Chosen by the runs in docs/benchmarks.md
 # ("Self-play defaults"): a larger ent_coef lets tic-tac-toe meet the positions a random player makes, a smaller
-# learning_rate keeps Connect Four improving past its early plateau.
+# learning_rate keeps Connect Four improving past its early plateau. The board games (channels-last planes) read
+# their board through the convolutional BoardCNN (torchrl_mask.games.network, named here as text so that this module
+# imports no torch), with "default"'s other values where no run has chosen better; the card games and any other
+# game keep "default"'s MLP.
+_BOARD = {"features_extractor_class": "BoardCNN"}
 GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
     "default": {"n_timesteps": 150_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
                 "learning_rate": 1e-3, "ent_coef": 0.1, "gamma": 0.99, "policy_kwargs": {"net_arch": [64, 64]}},
+    "tictactoe_v3": {"n_timesteps": 150_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
+                     "learning_rate": 1e-3, "ent_coef": 0.1, "gamma": 0.99,
+                     "policy_kwargs": {"net_arch": [64, 64], **_BOARD}},
     "connect_four_v3": {"n_timesteps": 400_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
                         "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.99,
-                        "policy_kwargs": {"net_arch": [128, 128]}},
+                        "policy_kwargs": {"net_arch": [128, 128], **_BOARD}},
+    "chess_v6": {"n_timesteps": 150_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
+                 "learning_rate": 1e-3, "ent_coef": 0.1, "gamma": 0.99,
+                 "policy_kwargs": {"net_arch": [64, 64], **_BOARD}},
+    "go_v5": {"n_timesteps": 150_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
+              "learning_rate": 1e-3, "ent_coef": 0.1, "gamma": 0.99,
+              "policy_kwargs": {"net_arch": [64, 64], **_BOARD}},
 }  # fmt: skip
 GAME_PREFIX = "pettingzoo:"
 

@@ -26,7 +26,7 @@ from torchrl_mask.algorithms.recurrent_evaluation import evaluate_policy as recu
 from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
 from torchrl_mask.rollout.masks import mask_spec
 
-__all__ = ["evaluate", "learning_curve", "plot"]
+__all__ = ["evaluate", "learning_curve", "mean_return", "plot"]
 
 EVAL_SEED_OFFSET = 10_000  # evaluation envs are seeded apart from the training envs
 
@@ -62,6 +62,29 @@ def _episode_returns(player: Any, env: Any, episodes: int, use_masking: bool) ->
         use_masking=use_masking,
     )
     return returns
+
+
+def mean_return(
+    model: Any, make_env: Callable[[], gym.Env], episodes: int, seed: int, use_masking: bool = True
+) -> float:
+    """The mean return of ``episodes`` deterministic episodes of ``model``, as :func:`evaluate` scores it (a fresh
+    env seeded ``seed + 10_000``; a recurrent model keeps its LSTM state): ``torchrl-mask tune``'s trial value.
+
+    :param model: a MaskablePPO or MaskableRecurrentPPO.
+    :param make_env: makes one masked env (with ``action_masks()``).
+    :param episodes: episodes to play.
+    :param seed: the run's seed.
+    :param use_masking: play with the env's masks (False: the unmasked score, for comparison).
+    :return: the mean episode return.
+    """
+    env = make_vec_env(make_env, n_envs=1, seed=seed + EVAL_SEED_OFFSET)
+    try:
+        with warnings.catch_warnings():
+            if not use_masking:
+                warnings.simplefilter("ignore", UnmaskedPredictWarning)
+            return float(np.mean(_episode_returns(model, env, episodes, use_masking)))
+    finally:
+        env.close()
 
 
 def evaluate(model: Any, make_env: Callable[[], gym.Env], episodes: int, seed: int) -> dict[str, dict[str, Any]]:

@@ -35,6 +35,7 @@ from torchrl_mask.app.results import EVAL_SEED_OFFSET
 from torchrl_mask.app.training import checkpoint_files, checkpoints, quiet_logger
 from torchrl_mask.games.env import TurnBasedEnv, make_game
 from torchrl_mask.games.evaluation import EVAL_POINT_GAMES, EVAL_POINTS, OPPONENTS, WinRates, evaluate_games
+from torchrl_mask.games.network import with_extractor_classes
 from torchrl_mask.games.seat_env import SeatEnv
 from torchrl_mask.games.selfplay import SelfPlayPolicy
 
@@ -76,6 +77,8 @@ def _collector(config: TrainConfig, model: MaskablePPO, game: str, pool_size: in
 
 def _model(config: TrainConfig, game: str, device: str) -> MaskablePPO:
     kwargs = {key: value for key, value in config.hyperparams.items() if key not in ("policy", "pool_size")}
+    if "policy_kwargs" in kwargs:  # the defaults name the board network as text (config imports no torch)
+        kwargs["policy_kwargs"] = with_extractor_classes(kwargs["policy_kwargs"])
     tensorboard_log = None if config.tensorboard_log is None else str(config.tensorboard_log)
     common: dict[str, Any] = {"device": device, "seed": config.seed, "verbose": config.verbose,
                               "tensorboard_log": tensorboard_log}  # fmt: skip

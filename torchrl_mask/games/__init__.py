@@ -4,8 +4,10 @@
 - ``selfplay``: ``SelfPlayPolicy`` (one shared policy for every seat, or the learner against past snapshots) and
   the reader that splits a collector's batch of alternating moves into each seat's trajectory
   (``SelfPlayPolicy.rollout_reader``, which ``MaskablePPO.learn(collector=...)`` uses);
+- ``network``: ``BoardCNN``, a convolutional features extractor for channels-last boards (any MaskablePPO);
 - ``players``: fixed players, functions ``(observation, mask, rng) -> action``;
 - ``seat_env``: ``SeatEnv``, one seat of a game as a gymnasium env against a fixed player;
+- ``text``: a seat's view as text and its moves by name (what ``torchrl-mask play`` shows and reads);
 - ``evaluation``: the evaluation ladder (win rates against the fixed players, during and after training).
 
 May import: :mod:`torchrl_mask.rollout`, :mod:`torchrl_mask.distributions`, :mod:`torchrl_mask.torchrl`,
