@@ -4,6 +4,7 @@ test_workers). Worker processes import the env factories from here, so they live
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import gymnasium as gym
@@ -117,6 +118,25 @@ class Explodes(gym.Wrapper):
         return self.env.step(action)
 
 
+def exiting_env() -> Any:
+    torch.set_num_threads(1)
+    return masked_gym_env(ExitsOnStep(gym.make(TAXI)))
+
+
+class ExitsOnStep(gym.Wrapper):
+    """Ends its process on the third step with ``os._exit(3)``: no exception, no traceback."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.steps = 0
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        if self.steps == 3:
+            os._exit(3)
+        return self.env.step(action)
+
+
 def tictactoe_env() -> TransformedEnv:
     """TorchRL's own masked env: its "mask" renamed to "action_mask", player 0's reward as "reward"."""
     rename = RenameTransform(["mask", ("player0", "reward")], ["action_mask", "reward"], create_copy=True)
@@ -169,3 +189,36 @@ class DictWithMask(gym.ObservationWrapper):
 
 def invalid_discrete_env_gym() -> gym.Env:
     return InvalidActionEnvDiscrete(dim=8, n_invalid_actions=5)
+
+
+class CueRecall(gym.Env):
+    """A memory task gated by masks: step 0 shows one of two cues, the next ``delay - 1`` steps show nothing and
+    allow only "wait" (action 0), the last one shows "answer now" and allows only the answers (1, 2): reward 1 for
+    the one matching the cue. Without memory, the answer is a coin flip."""
+
+    def __init__(self, delay: int = 2) -> None:
+        self.delay, self.cue, self.t = delay, 0, 0
+        self.observation_space = spaces.Box(0, 1, (3,), np.float32)
+        self.action_space = spaces.Discrete(3)
+
+    def _obs(self) -> np.ndarray:
+        obs = np.zeros(3, np.float32)
+        obs[self.cue if self.t == 0 else 2] = float(self.t == 0 or self.t == self.delay)
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.cue, self.t = int(self.np_random.integers(2)), 0
+        return self._obs(), {}
+
+    def action_masks(self) -> np.ndarray:
+        return np.array([True, False, False]) if self.t < self.delay else np.array([False, True, True])
+
+    def step(self, action: Any) -> Any:
+        if self.t == self.delay:
+            return self._obs(), float(action == 1 + self.cue), True, False, {}
+        self.t += 1
+        return self._obs(), 0.0, False, False, {}
+
+
+gym.register("CueRecall-v0", entry_point=CueRecall)  # for the CLI: --env collector_envs:CueRecall-v0

@@ -106,10 +106,6 @@ BAD_INPUT |= {
         ["train", "--algo", "ppo_lstm_mask", "--collector", "sync"],
         "the recurrent model learns from SB3's VecEnv only for now",
     ),
-    "recurrent_with_periodic_evaluation": (
-        ["train", "--algo", "ppo_lstm_mask", "--eval-freq", "1000"],
-        "MaskableEvalCallback drops the LSTM state",
-    ),
     "recurrent_self_play": (
         ["train", "--algo", "ppo_lstm_mask", "--env", "pettingzoo:tictactoe_v3"],
         "self-play trains MaskablePPO only for now",

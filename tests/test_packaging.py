@@ -94,6 +94,24 @@ def test_import_refuses_an_unsupported_torchrl_next_to_it(tmp_path: Path) -> Non
     assert warned.returncode == 0 and "RuntimeWarning" in warned.stderr, warned.stderr
 
 
+EVERY_MODULE_UNDER_DEPRECATION_ERRORS = """
+import importlib, pkgutil, warnings
+import torchrl.collectors  # TorchRL's own DeprecationWarnings (its WeightUpdater classes), given by itself
+warnings.simplefilter("error", DeprecationWarning)
+import torchrl_mask
+for module in pkgutil.walk_packages(torchrl_mask.__path__, "torchrl_mask."):
+    if not module.name.endswith("__main__"):  # that one runs the command
+        importlib.import_module(module.name)
+print("imported", torchrl_mask.__file__)
+"""
+
+
+def test_importing_every_module_adds_no_deprecation_warning_to_torchrl_collectors_own() -> None:
+    run = _python(EVERY_MODULE_UNDER_DEPRECATION_ERRORS, REPO)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == f"imported {REPO / 'torchrl_mask' / '__init__.py'}"
+
+
 SMOKE = """
 import torchrl_mask, sb3_contrib
 from sb3_contrib.common.envs import InvalidActionEnvDiscrete

@@ -8,6 +8,8 @@ down after, and no process it started outlives it.
 from __future__ import annotations
 
 import functools
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,3 +117,53 @@ def test_learn_refuses_a_ray_collector_that_gives_no_batch_or_off_policy_batches
     finally:
         shutdown(racing)
     assert model.num_timesteps == 0
+
+
+def train_within(model: MaskablePPO, collector: Any, steps: int, seconds: float) -> None:
+    """``model.learn(steps, collector=collector)``, failing (not hanging) if it has not returned after ``seconds``:
+    a learn() whose actors can never be scheduled waits forever for its first batch."""
+    outcome: dict[str, BaseException | None] = {}
+
+    def learn() -> None:
+        try:
+            model.learn(steps, collector=collector)
+            outcome["error"] = None
+        except BaseException as error:  # handed to the test below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=learn, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        shutdown(collector)  # kills its pending actors: the waiting learn() ends with an error
+        thread.join(60)
+        pytest.fail(f"learn() on a correct RayCollector did not finish within {seconds:g} s")
+    if outcome["error"] is not None:
+        raise outcome["error"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_after_a_refused_ray_collector_a_correct_one_in_the_same_process_trains(ray_cluster: None) -> None:
+    """The refused collector's actors hold both of the cluster's CPUs; learn() kills them as it refuses it (and
+    says so), so the collector the error asks for, made next in the same process (a notebook), gets its actors."""
+    model = small_model()
+    envs = [functools.partial(seeded_invalid_discrete_env, seed) for seed in (10, 11)]
+    endless = RayCollector(envs, MaskablePolicyModule(model.policy), frames_per_batch=64, total_frames=-1,
+                           remote_configs=ONE_CPU)  # fmt: skip
+    try:
+        with pytest.raises(ValueError, match=r"total_frames=-1\) yields no batch") as refused:
+            model.learn(64, collector=endless)
+        assert endless.remote_collectors == []
+        deadline = time.monotonic() + 60  # Ray frees a killed actor's CPU once its process is gone
+        while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ray.available_resources().get("CPU", 0) == 2, "the refused collector's actors still hold the CPUs"
+        corrected = RayCollector(envs, MaskablePolicyModule(model.policy), frames_per_batch=64,
+                                 total_frames=1 << 40, sync=True, remote_configs=ONE_CPU)  # fmt: skip
+        train_within(model, corrected, 128, seconds=150)
+        assert model.num_timesteps == 128
+        assert corrected.remote_collectors == []  # learn() shut it down at the end
+        assert "learn() has shut this RayCollector down (collector.shutdown())" in str(refused.value)
+    finally:
+        shutdown(endless)

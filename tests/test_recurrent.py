@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from collector_envs import CueRecall
 from gymnasium import spaces
 from sb3_contrib import RecurrentPPO
 from sb3_contrib.common.envs import (
@@ -218,36 +219,6 @@ def test_masks_need_a_discrete_or_multidiscrete_action_space() -> None:
     model = MaskableRecurrentPPO("MlpLstmPolicy", env, n_steps=8, policy_kwargs={"lstm_hidden_size": 4})
     with pytest.raises(ValueError, match="Discrete, MultiDiscrete or MultiBinary"):
         model.predict(np.zeros(3, np.float32), action_masks=np.ones(1))
-
-
-class CueRecall(gym.Env):
-    """A memory task gated by masks: step 0 shows one of two cues, the next ``delay - 1`` steps show nothing and
-    allow only "wait" (action 0), the last one shows "answer now" and allows only the answers (1, 2): reward 1 for
-    the one matching the cue. Without memory, the answer is a coin flip."""
-
-    def __init__(self, delay: int = 2) -> None:
-        self.delay, self.cue, self.t = delay, 0, 0
-        self.observation_space = spaces.Box(0, 1, (3,), np.float32)
-        self.action_space = spaces.Discrete(3)
-
-    def _obs(self) -> np.ndarray:
-        obs = np.zeros(3, np.float32)
-        obs[self.cue if self.t == 0 else 2] = float(self.t == 0 or self.t == self.delay)
-        return obs
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
-        super().reset(seed=seed)
-        self.cue, self.t = int(self.np_random.integers(2)), 0
-        return self._obs(), {}
-
-    def action_masks(self) -> np.ndarray:
-        return np.array([True, False, False]) if self.t < self.delay else np.array([False, True, True])
-
-    def step(self, action: Any) -> Any:
-        if self.t == self.delay:
-            return self._obs(), float(action == 1 + self.cue), True, False, {}
-        self.t += 1
-        return self._obs(), 0.0, False, False, {}
 
 
 def success_rate(model: Any, seed: int, n_envs: int = 8, rounds: int = 25) -> float:

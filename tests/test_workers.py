@@ -6,7 +6,9 @@ Each case that could hang the interpreter runs as a script in a subprocess with 
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +21,7 @@ import gymnasium as gym
 import psutil
 import pytest
 import torch
-from collector_envs import SMALL, TAXI, exploding_env, taxi_env, worker_children
+from collector_envs import SMALL, TAXI, exiting_env, exploding_env, taxi_env, worker_children
 from stable_baselines3.common.callbacks import BaseCallback
 from torchrl.collectors import Collector, MultiSyncCollector
 
@@ -142,32 +144,45 @@ def test_a_script_without_the_main_guard_gets_one_clear_error_and_starts_no_work
     assert [p for p in psutil.process_iter(["environ"]) if marker.items() <= (p.info["environ"] or {}).items()] == []
 
 
-def sleeping_env() -> Any:
-    """Taxi whose third step never returns (in the time of a test)."""
+def sleeping_env(at: int = 3) -> Any:
+    """Taxi whose step ``at`` never returns (in the time of a test)."""
     torch.set_num_threads(1)
-    return masked_gym_env(SleepsOnStep(gym.make(TAXI)))
+    return masked_gym_env(SleepsOnStep(gym.make(TAXI), at))
 
 
 class SleepsOnStep(gym.Wrapper):
-    def __init__(self, env: gym.Env) -> None:
+    def __init__(self, env: gym.Env, at: int) -> None:
         super().__init__(env)
         self.steps = 0
+        self.at = at
 
     def step(self, action: Any) -> Any:
         self.steps += 1
-        if self.steps == 3:
+        if self.steps == self.at:
             time.sleep(600)
         return self.env.step(action)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_a_silent_worker_ends_in_collector_failed_naming_it_after_the_batch_timeout() -> None:
+@pytest.mark.parametrize(
+    ("makers", "silent"),
+    [
+        ([functools.partial(sleeping_env, 3), taxi_env], 0),  # on the first batch (16 steps a worker)
+        ([taxi_env, functools.partial(sleeping_env, 40)], 1),  # on the third
+    ],
+    ids=["worker 0 on the first batch", "worker 1 on the third batch"],
+)
+def test_a_silent_worker_ends_in_collector_failed_naming_it_alone_after_the_batch_timeout(
+    makers: list[Any], silent: int
+) -> None:
     model = MaskablePPO("MlpPolicy", gym.make(TAXI), n_steps=16, batch_size=32, policy_kwargs=SMALL)
-    collector = MultiSyncCollector([taxi_env, sleeping_env], MaskablePolicyModule(model.policy), frames_per_batch=32)
+    collector = MultiSyncCollector(makers, MaskablePolicyModule(model.policy), frames_per_batch=32)
     pids = [proc.pid for proc in collector.procs]
     started = time.monotonic()
-    with pytest.raises(CollectorFailed, match=r"batch_timeout=4 s while collecting a batch: worker 1 \(pid \d+\) sent"):
+    # ": worker 0 (pid N) sent nothing", not ": worker 0 (pid N), worker 1 (pid M) sent nothing"
+    named = rf"batch_timeout=4 s while collecting a batch: worker {silent} \(pid {pids[silent]}\) sent nothing"
+    with pytest.raises(CollectorFailed, match=named):
         learn_from_collector(model, collector, total_timesteps=1_000, batch_timeout=4)
     assert time.monotonic() - started < 60  # a bound on a hang: the worker sleeps 600 s
     assert worker_children() == []
@@ -238,6 +253,22 @@ def test_env_that_raises_in_a_worker_gives_a_clear_error_and_leaves_no_process()
     # the exception its env raised.
     with pytest.raises(CollectorFailed, match=r"worker 1 \(.*exited with code 1: it raised ValueError: the env broke"):
         model.learn(10_000, collector=collector)
+    assert worker_children() == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_worker_that_exits_without_an_exception_is_reported_by_its_exit_code_without_a_traceback(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    model = MaskablePPO("MlpPolicy", gym.make(TAXI), n_steps=32, batch_size=64, policy_kwargs=SMALL)
+    collector = MultiSyncCollector([taxi_env, exiting_env], MaskablePolicyModule(model.policy), frames_per_batch=64)
+    with pytest.raises(CollectorFailed) as failed:
+        model.learn(10_000, collector=collector)
+    assert re.search(r"worker 1 \(pid \d+\) exited with code 3: it raised no exception and printed no traceback",
+                     str(failed.value)), failed.value  # fmt: skip
+    assert "traceback above" not in str(failed.value)
+    assert "Traceback" not in capfd.readouterr().err  # what the message says is true: the worker printed none
     assert worker_children() == []
 
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from torchrl_mask.algorithms.ppo import MaskablePPO
     from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
     from torchrl_mask.games.env import TurnBasedEnv
+    from torchrl_mask.games.network import BoardCNN
     from torchrl_mask.games.seat_env import SeatEnv
     from torchrl_mask.games.selfplay import SelfPlayPolicy
     from torchrl_mask.rollout.buffers import (
@@ -40,6 +41,7 @@ _HOMES = {
     "MaskableRolloutBufferSamples": "torchrl_mask.rollout.buffers",
     "MaskablePPO": "torchrl_mask.algorithms.ppo",
     "MaskableRecurrentPPO": "torchrl_mask.algorithms.recurrent_ppo",
+    "BoardCNN": "torchrl_mask.games.network",
     "SeatEnv": "torchrl_mask.games.seat_env",
     "SelfPlayPolicy": "torchrl_mask.games.selfplay",
     "TurnBasedEnv": "torchrl_mask.games.env",
@@ -55,6 +57,7 @@ _HOMES = {
 __all__ = [
     "ActionMaskInInfo",
     "ActionMaskInObservation",
+    "BoardCNN",
     "CollectorFailed",
     "FlattenNestedDict",
     "MaskableDictRolloutBuffer",

@@ -19,8 +19,9 @@ The call, with a worker-process and a multi-machine example, is in :mod:`torchrl
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard
 
 import numpy as np
 import torch
@@ -28,17 +29,17 @@ from stable_baselines3.common.callbacks import BaseCallback
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.collectors import BaseCollector
-from torchrl.collectors.distributed import DistributedSyncCollector, RayCollector
 
 from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.buffers import MaskableRolloutBuffer
 from torchrl_mask.torchrl.policy import MaskablePolicyModule
-from torchrl_mask.torchrl.workers import CollectorFailed, guarded
+from torchrl_mask.torchrl.workers import CollectorFailed, guarded, shutdown
 
 if TYPE_CHECKING:
     from sb3_contrib import MaskablePPO
+    from torchrl.collectors.distributed import RayCollector
 
-__all__ = ["DEFAULT_BATCH_TIMEOUT", "CollectorRollout"]
+__all__ = ["DEFAULT_BATCH_TIMEOUT", "CollectorRollout", "release_refused"]
 
 DEFAULT_BATCH_TIMEOUT = 600.0
 EPISODE_REWARD = ("next", "episode_reward")
@@ -206,16 +207,49 @@ class CollectorRollout:
         return buffer
 
 
+def release_refused(collector: BaseCollector, refusal: Exception) -> NoReturn:
+    """Raise ``refusal``, learn()'s refusal of ``collector``; a ``RayCollector`` is shut down first, and the
+    message says so. Its actors hold the cluster's resources (a CPU each, by default): left running, they would
+    keep the corrected collector's actors from ever being scheduled, and its first batch would wait forever.
+
+    :param collector: the refused collector.
+    :param refusal: the error that refuses it.
+    :raises Exception: ``refusal``, or for a ``RayCollector`` the same type with the release added to its message.
+    """
+    if not (_is_ray(collector) and collector.remote_collectors):
+        raise refusal
+    shutdown(collector)
+    if type(refusal) not in (TypeError, ValueError, RuntimeError):
+        raise refusal
+    raise type(refusal)(
+        f"{refusal} learn() has shut this RayCollector down (collector.shutdown()): its Ray actors are killed and "
+        "their resources free for the corrected collector."
+    ) from None
+
+
+def _is_distributed(collector: BaseCollector, name: str) -> bool:
+    """Whether ``collector`` is TorchRL's distributed collector class ``name``. Looked up where the user's import
+    put it, as only a collector of a class already imported can exist: importing ``torchrl.collectors.distributed``
+    here would add its DeprecationWarnings (it defines TorchRL's deprecated WeightUpdater classes) to every
+    ``import torchrl_mask``."""
+    found = getattr(sys.modules.get("torchrl.collectors.distributed"), name, None)
+    return isinstance(found, type) and isinstance(collector, found)
+
+
+def _is_ray(collector: BaseCollector) -> TypeGuard[RayCollector]:
+    return _is_distributed(collector, "RayCollector")
+
+
 def _more_frames(collector: BaseCollector) -> str:
     """How to create ``collector`` so that it gives every batch learn() asks for."""
-    if isinstance(collector, RayCollector):
+    if _is_ray(collector):
         return "create the RayCollector with total_frames of at least total_timesteps (e.g. 1 << 40)."
     return "create it with total_frames=-1 (or at least total_timesteps)."
 
 
 def _was_shut_down(collector: BaseCollector) -> bool:
     """Whether TorchRL's ``shutdown()`` ran on ``collector``: its envs and workers are gone for good."""
-    if isinstance(collector, RayCollector):  # shutdown() kills its remote collectors and empties the list
+    if _is_ray(collector):  # shutdown() kills its remote collectors and empties the list
         return collector.num_collectors > 0 and not collector.remote_collectors
     # Collector and the multi-process collectors set `closed`; DistributedCollector sets `_shutdown`.
     return bool(getattr(collector, "closed", False) or getattr(collector, "_shutdown", False))
@@ -226,16 +260,17 @@ def _refuse_collector(collector: BaseCollector) -> None:
     if _was_shut_down(collector):
         raise RuntimeError(
             f"The {type(collector).__name__} has been shut down (learn() shuts its collector down when it ends, "
-            "unless shutdown=False; or collector.shutdown() was called): its envs and workers are gone. Create a "
+            "unless shutdown=False, and a RayCollector it refuses; or collector.shutdown() was called): its envs "
+            "and workers are gone. Create a "
             "new collector, or pass shutdown=False to the learn() whose collector a later learn() continues."
         )
-    if isinstance(collector, DistributedSyncCollector):
+    if _is_distributed(collector, "DistributedSyncCollector"):
         raise TypeError(
             "DistributedSyncCollector collects each batch before the last update's weights reach its workers "
             "(off-policy by one update) and has no update_policy_weights_(); use "
             "torchrl.collectors.distributed.DistributedCollector(..., sync=True) for on-policy batches."
         )
-    if isinstance(collector, RayCollector):
+    if _is_ray(collector):
         if collector.total_frames <= 0:
             raise ValueError(
                 f"RayCollector(total_frames={collector.total_frames}) yields no batch (it collects while its frames "

@@ -143,7 +143,8 @@ def learn_from_collector(
     batch. ``sync=True`` stacks one batch from every remote collector, ``(remote collectors, T)``, as
     ``MultiSyncCollector`` stacks its workers (with the same seeded envs the parameters after each update are the
     same, as the tests check). ``total_frames`` must be positive: a ``RayCollector`` with ``-1`` yields no batch,
-    and ``learn`` refuses it, as it refuses ``sync=False`` over several remote collectors (off-policy). A dead actor
+    and ``learn`` refuses it, as it refuses ``sync=False`` over several remote collectors (off-policy); a refused
+    ``RayCollector`` is shut down, so that its actors free their Ray CPUs for the corrected one. A dead actor
     ends in :class:`CollectorFailed`; ``batch_timeout`` does not apply (Ray does the waiting):
 
     ```python

@@ -45,7 +45,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from tensordict.utils import NestedKey
 from torchrl.collectors import BaseCollector
 
-from torchrl_mask.algorithms.collector_source import DEFAULT_BATCH_TIMEOUT, CollectorRollout
+from torchrl_mask.algorithms.collector_source import DEFAULT_BATCH_TIMEOUT, CollectorRollout, release_refused
 from torchrl_mask.algorithms.minibatches import check_minibatches
 from torchrl_mask.algorithms.predict_masks import UnmaskedPredictWarning, predict_masks
 from torchrl_mask.algorithms.vecenv_source import fast_rollout
@@ -186,7 +186,9 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         :raises TypeError: a ``DistributedSyncCollector`` or ``RayCollector(sync=False)`` over several workers
             (off-policy by one update), a collector policy that is not a ``MaskablePolicyModule`` (or names a
             ``rollout_reader`` that is no ``CollectorRollout``), or a rollout
-            buffer without ``extend()``; refused before anything runs, the collector left as it was.
+            buffer without ``extend()``; refused before anything runs, the collector left as it was (a refused
+            ``RayCollector`` is shut down, its actors killed: they hold Ray resources that the corrected collector
+            needs).
         :raises RuntimeError: the collector has been shut down (by an earlier ``learn``, unless
             ``shutdown=False``).
         :raises ValueError: ``use_masking`` False with a collector (its policy always draws under the masks), a
@@ -196,11 +198,15 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         if collector is None:
             return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps,
                                  use_masking, progress_bar)  # fmt: skip
-        # Refused before anything starts (the collector is left as it was); from here on it is shut down.
+        # Refused before anything starts (the collector is left as it was, but for a RayCollector's actors, which
+        # hold the cluster's resources); from here on it is shut down.
         # The collector's policy module may name the reader of its batches (a self-play policy reads seat by seat).
-        reader = _rollout_reader(getattr(collector, "policy", None))
-        source = reader(self, collector, observation_keys, reward_key, batch_timeout, use_masking,
-                        previous=self._kept_collector_rollout)  # fmt: skip
+        try:
+            reader = _rollout_reader(getattr(collector, "policy", None))
+            source = reader(self, collector, observation_keys, reward_key, batch_timeout, use_masking,
+                            previous=self._kept_collector_rollout)  # fmt: skip
+        except (TypeError, ValueError, RuntimeError) as refusal:
+            release_refused(collector, refusal)
         self._kept_collector_rollout = None
         try:
             self._collector_rollout = source

@@ -18,6 +18,12 @@ holds the command line and nothing heavy: ``--help`` and a bad option answer bef
 and reports win, draw and loss rates against random and heuristic players
 (:mod:`torchrl_mask.app.selfplay_training`; ``--pool-size N`` plays against past snapshots).
 
+``torchrl-mask play --env pettingzoo:<game> -i model.zip`` lets a person play a trained model in the terminal
+(:mod:`torchrl_mask.app.play`; ``--seat first|second|random``).
+
+``torchrl-mask tune`` searches the hyperparameters with Optuna, every trial judged by the masked evaluation
+(:mod:`torchrl_mask.app.tune`; its arguments are :mod:`torchrl_mask.app.tune_args`).
+
 ``torchrl-mask bench`` hands every argument after it to :func:`torchrl_mask.bench.buffers.main` (``bench learn``: the
 end-to-end benchmark, :mod:`torchrl_mask.bench.learn`).
 
@@ -40,21 +46,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from torchrl_mask.app.arg_types import HelpFormatter as _HelpFormatter
+from torchrl_mask.app.arg_types import Parser as _Parser
+from torchrl_mask.app.arg_types import hyperparam as _hyperparam
+from torchrl_mask.app.arg_types import n_timesteps as _n_timesteps
+from torchrl_mask.app.arg_types import non_negative_int as _non_negative_int
+from torchrl_mask.app.arg_types import positive_int as _positive_int
+from torchrl_mask.app.arg_types import seed as _seed
 from torchrl_mask.app.config import (
     ALGOS,
     DEFAULT_HYPERPARAMS,
     GAME_PREFIX,
-    HYPERPARAMS,
     TrainConfig,
     UsageError,
     check_config,
     check_hyperparams,
     game_hyperparams,
     load_conf_file,
-    parse_hyperparam,
 )
 from torchrl_mask.app.hyperparams import without_policy_kwargs
 from torchrl_mask.app.run import run_train
+from torchrl_mask.app.tune_args import add_tune_parser, tune_config
 
 __all__ = ["COLLECTOR_TEXT", "build_parser", "main"]
 
@@ -64,67 +76,6 @@ COLLECTOR_TEXT = {
 }
 GAME_EVAL_GAMES = 1000  # games per opponent in a pettingzoo:<game> run's final evaluation
 EXIT_USAGE = 2
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _n_timesteps(text: str) -> int:
-    """``-n``: a positive number of env steps, no more than a file's ``n_timesteps`` may give."""
-    value, expected = HYPERPARAMS["n_timesteps"](_positive_int(text))
-    if expected:
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-    return int(value)
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 2**32 - 1, got {text!r}") from None
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 2**32 - 1, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def _hyperparam(text: str) -> tuple[str, Any]:
-    try:
-        return parse_hyperparam(text)
-    except UsageError as err:  # argparse turns ArgumentTypeError into "argument --hyperparams: ..."
-        raise argparse.ArgumentTypeError(str(err).removeprefix(f"--hyperparams {text!r}: ")) from None
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """argparse's defaults in the help, except empty ones (an option whose help says what its absence means)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None or action.default is False or action.default == []:
-            return action.help
-        return super()._get_help_string(action)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, with its errors raised as one-line :class:`UsageError` instead of usage text and exit."""
-
-    def error(self, message: str) -> Any:  # argparse's hook; typed NoReturn there
-        raise UsageError(f"{message}; see `{self.prog} --help`.")
 
 
 def _add_what_to_train(train: argparse.ArgumentParser) -> None:
@@ -256,13 +207,29 @@ def _add_how_to_run(train: argparse.ArgumentParser) -> None:
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+def _add_play(commands: Any) -> None:
+    """``play``: the game, the model, the person's seat, the seed."""
+    play = commands.add_parser(
+        "play",
+        help="play a trained self-play model in the terminal",
+        description="Play a model trained by `torchrl-mask train --env pettingzoo:<game>`, in the terminal.",
+        formatter_class=_HelpFormatter,
+    )
+    play.add_argument("--env", required=True, help="pettingzoo:<game>, the game the model was trained on")
+    play.add_argument("-i", "--trained-agent", type=Path, required=True, metavar="PATH", help="the model.zip")
+    play.add_argument("--seat", choices=("first", "second", "random"), default="random", help="your seat")
+    play.add_argument("--seed", type=_seed, default=0, help="seed of the game (cards dealt) and of a random seat")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``torchrl-mask`` argument parser.
 
     :return: a parser whose errors raise :class:`~torchrl_mask.app.config.UsageError`.
     """
     parser = _Parser(prog="torchrl-mask", description="Action-masked PPO with TorchRL-backed rollouts.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,bench}", parser_class=_Parser)
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{train,tune,play,bench}", parser_class=_Parser
+    )
     train_parser = commands.add_parser(
         "train",
         help="train MaskablePPO on a masked env, evaluate it, save the model and a learning-curve PNG",
@@ -272,6 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for add_arguments in (_add_what_to_train, _add_what_to_write, _add_how_to_run):
         add_arguments(train_parser)
+    _add_play(commands)
+    add_tune_parser(commands)
     commands.add_parser(
         "bench",
         add_help=False,  # every argument after `bench`, --help included, belongs to the benchmark
@@ -333,6 +302,19 @@ def _run_train(args: argparse.Namespace) -> int:
     return run_train(config, COLLECTOR_TEXT)
 
 
+def _run_play(args: argparse.Namespace) -> int:
+    from torchrl_mask.app import play  # it checks the env and the file before it imports torch
+
+    return play.play(play.PlayConfig(args.env, args.trained_agent, args.seat, args.seed))
+
+
+def _run_tune(args: argparse.Namespace) -> int:
+    config = tune_config(args)  # every check that needs no torch, before anything is imported or written
+    from torchrl_mask.app.tune import run_tune  # Optuna, torch: only now that there is something to tune
+
+    return run_tune(config)
+
+
 def _run_bench(argv: list[str]) -> int:
     try:
         benchmark = importlib.import_module("torchrl_mask.bench.buffers")
@@ -364,7 +346,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_bench(argv[argv.index("bench") + 1 :])
         if extra:
             raise UsageError(f"unrecognized arguments: {' '.join(extra)}; see `torchrl-mask {args.command} --help`.")
-        return _run_train(args)
+        if args.command == "tune":
+            return _run_tune(args)
+        return _run_play(args) if args.command == "play" else _run_train(args)
     except UsageError as err:
         print(f"torchrl-mask: error: {err}", file=sys.stderr)
         return EXIT_USAGE

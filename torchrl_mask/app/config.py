@@ -249,8 +249,9 @@ class TrainConfig:
     :param device: torch device of the policy and the rollout (``cpu``, ``cuda``, ``cuda:1``, ``mps``, ``auto``).
     :param out: output folder; None means ``runs/<env_id>-<date>-<time>``.
     :param eval_episodes: episodes per evaluation: the final ones, and each periodic one.
-    :param eval_freq: evaluate every ``eval_freq`` env steps (sb3-contrib's ``MaskableEvalCallback``, best model
-        saved as ``best_model.zip``); 0 for none.
+    :param eval_freq: evaluate every ``eval_freq`` env steps (sb3-contrib's ``MaskableEvalCallback``; for
+        ``ppo_lstm_mask``, :class:`~torchrl_mask.algorithms.recurrent_evaluation.MaskableRecurrentEvalCallback`,
+        which keeps the LSTM state), best model saved as ``best_model.zip``; 0 for none.
     :param save_freq: save a checkpoint every ``save_freq`` env steps (SB3's ``CheckpointCallback``); 0 for none.
     :param trained_agent: a saved model (``.zip``) to continue training; its policy is kept.
     :param tensorboard_log: folder for TensorBoard event files (SB3's logger); None for none.
@@ -269,7 +270,7 @@ class TrainConfig:
 
     :param algo: ``"ppo_mask"`` trains :class:`~torchrl_mask.MaskablePPO`, ``"ppo_lstm_mask"``
         :class:`~torchrl_mask.MaskableRecurrentPPO` (LSTM policies: ``MlpLstmPolicy`` or ``MultiInputLstmPolicy``
-        by default, with ``policy_kwargs`` such as ``lstm_hidden_size``; VecEnv only, no periodic evaluation).
+        by default, with ``policy_kwargs`` such as ``lstm_hidden_size``; VecEnv only).
     """
 
     env_id: str = "Taxi-v4"
@@ -346,7 +347,7 @@ def check_algo(config: TrainConfig) -> None:
     """Refuse the options ``--algo ppo_lstm_mask`` does not have yet, naming what to do instead.
 
     :param config: the run's configuration.
-    :raises UsageError: a ``pettingzoo:`` game, ``--collector`` or ``--eval-freq`` with the recurrent model.
+    :raises UsageError: a ``pettingzoo:`` game, or ``--collector`` with the recurrent model.
     """
     if config.algo != "ppo_lstm_mask":
         return
@@ -359,9 +360,4 @@ def check_algo(config: TrainConfig) -> None:
         raise UsageError(
             f"--collector {config.collector} with --algo ppo_lstm_mask: the recurrent model learns from SB3's VecEnv "
             "only for now (a TorchRL collector would have to carry the LSTM states); drop --collector."
-        )
-    if config.eval_freq > 0:
-        raise UsageError(
-            "--eval-freq with --algo ppo_lstm_mask: sb3-contrib's MaskableEvalCallback drops the LSTM state between "
-            "steps, so its scores would be wrong; drop --eval-freq (the final evaluation keeps the state)."
         )

@@ -19,7 +19,13 @@ POOL_SIZE_MAX = 64
 # the games played side by side, n_steps the moves of each per rollout. Chosen by the runs in docs/benchmarks.md
 # ("Self-play defaults"): a larger ent_coef lets tic-tac-toe meet the positions a random player makes, a smaller
 # learning_rate keeps Connect Four improving past its early plateau.
+# The board games (channels-last planes) read their board through the convolutional BoardCNN
+# (torchrl_mask.games.network, named as text so that this module imports no torch).
+_BOARD = {"features_extractor_class": "BoardCNN"}
 GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
+    "tictactoe_v3": {"n_timesteps": 150_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
+                     "learning_rate": 1e-3, "ent_coef": 0.1, "gamma": 0.99,
+                     "policy_kwargs": {"net_arch": [64, 64], **_BOARD}},
     # cards: short games of few moves; a small network, a lower learning rate (chips are noisy rewards)
     "leduc_holdem_v4": {"n_timesteps": 200_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
                         "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.99,
@@ -32,9 +38,11 @@ GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
                                  "policy_kwargs": {"net_arch": [128, 128]}},
     # long board games with thousands of moves (chess 4672, go 362): a wider network, fewer epochs per rollout
     "chess_v6": {"n_timesteps": 1_000_000, "n_envs": 8, "n_steps": 256, "batch_size": 512, "n_epochs": 4,
-                 "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.995, "policy_kwargs": {"net_arch": [256, 256]}},
+                 "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.995,
+                 "policy_kwargs": {"net_arch": [256, 256], **_BOARD}},
     "go_v5": {"n_timesteps": 1_000_000, "n_envs": 8, "n_steps": 256, "batch_size": 512, "n_epochs": 4,
-              "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.995, "policy_kwargs": {"net_arch": [256, 256]}},
+              "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.995,
+              "policy_kwargs": {"net_arch": [256, 256], **_BOARD}},
     # cooperative: every seat is the model, the reward the shared score
     "hanabi_v5": {"n_timesteps": 500_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
                   "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.99, "policy_kwargs": {"net_arch": [128, 128]}},
@@ -42,7 +50,7 @@ GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
                 "learning_rate": 1e-3, "ent_coef": 0.1, "gamma": 0.99, "policy_kwargs": {"net_arch": [64, 64]}},
     "connect_four_v3": {"n_timesteps": 400_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
                         "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.99,
-                        "policy_kwargs": {"net_arch": [128, 128]}},
+                        "policy_kwargs": {"net_arch": [128, 128], **_BOARD}},
 }  # fmt: skip
 GAME_PREFIX = "pettingzoo:"
 

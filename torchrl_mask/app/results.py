@@ -18,16 +18,15 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from sb3_contrib.common.maskable.evaluation import evaluate_policy
-from sb3_contrib.common.maskable.utils import get_action_masks
 from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.evaluation import evaluate_policy as sb3_evaluate_policy
 from stable_baselines3.common.monitor import load_results
 
 from torchrl_mask.algorithms.ppo import UnmaskedPredictWarning
+from torchrl_mask.algorithms.recurrent_evaluation import evaluate_policy as recurrent_evaluate_policy
 from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
 from torchrl_mask.rollout.masks import mask_spec
 
-__all__ = ["evaluate", "learning_curve", "plot"]
+__all__ = ["evaluate", "learning_curve", "mean_return", "plot"]
 
 EVAL_SEED_OFFSET = 10_000  # evaluation envs are seeded apart from the training envs
 
@@ -49,31 +48,12 @@ class _RandomLegalPolicy:
         return choice, None
 
 
-class _RecurrentMaskedPlayer:
-    """A recurrent model that reads the env's masks at each ``predict``, for SB3's ``evaluate_policy``, which
-    carries the LSTM state from step to step (sb3-contrib's masked ``evaluate_policy`` drops it).
-
-    :param model: a MaskableRecurrentPPO.
-    :param env: the evaluation VecEnv, with ``action_masks()``.
-    """
-
-    def __init__(self, model: MaskableRecurrentPPO, env: Any) -> None:
-        self.model, self.env = model, env
-
-    def predict(
-        self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False
-    ) -> Any:
-        masks = get_action_masks(self.env)
-        return self.model.predict(observation, state, episode_start, deterministic, action_masks=masks)
-
-
 def _episode_returns(player: Any, env: Any, episodes: int, use_masking: bool) -> Any:
-    """The returns of ``episodes`` deterministic episodes, by sb3-contrib's ``evaluate_policy`` (SB3's, with the
-    masks read by :class:`_RecurrentMaskedPlayer`, for a recurrent model with masks)."""
-    if use_masking and isinstance(player, MaskableRecurrentPPO):
-        player = _RecurrentMaskedPlayer(player, env)
-        return sb3_evaluate_policy(player, env, episodes, deterministic=True, return_episode_rewards=True)[0]
-    returns, _ = evaluate_policy(
+    """The returns of ``episodes`` deterministic episodes, by sb3-contrib's masked ``evaluate_policy``, or for a
+    recurrent model by :func:`~torchrl_mask.algorithms.recurrent_evaluation.evaluate_policy`, which keeps the LSTM
+    state (sb3-contrib's drops it)."""
+    evaluate_episodes = recurrent_evaluate_policy if isinstance(player, MaskableRecurrentPPO) else evaluate_policy
+    returns, _ = evaluate_episodes(
         cast(Any, player),
         env,
         n_eval_episodes=episodes,
@@ -82,6 +62,29 @@ def _episode_returns(player: Any, env: Any, episodes: int, use_masking: bool) ->
         use_masking=use_masking,
     )
     return returns
+
+
+def mean_return(
+    model: Any, make_env: Callable[[], gym.Env], episodes: int, seed: int, use_masking: bool = True
+) -> float:
+    """The mean return of ``episodes`` deterministic episodes of ``model``, as :func:`evaluate` scores it (a fresh
+    env seeded ``seed + 10_000``; a recurrent model keeps its LSTM state): ``torchrl-mask tune``'s trial value.
+
+    :param model: a MaskablePPO or MaskableRecurrentPPO.
+    :param make_env: makes one masked env (with ``action_masks()``).
+    :param episodes: episodes to play.
+    :param seed: the run's seed.
+    :param use_masking: play with the env's masks (False: the unmasked score, for comparison).
+    :return: the mean episode return.
+    """
+    env = make_vec_env(make_env, n_envs=1, seed=seed + EVAL_SEED_OFFSET)
+    try:
+        with warnings.catch_warnings():
+            if not use_masking:
+                warnings.simplefilter("ignore", UnmaskedPredictWarning)
+            return float(np.mean(_episode_returns(model, env, episodes, use_masking)))
+    finally:
+        env.close()
 
 
 def evaluate(model: Any, make_env: Callable[[], gym.Env], episodes: int, seed: int) -> dict[str, dict[str, Any]]:

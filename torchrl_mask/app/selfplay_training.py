@@ -34,6 +34,7 @@ from torchrl_mask.app.trained_agent import check_trained_agent
 from torchrl_mask.app.training import checkpoint_files, checkpoints, model_kwargs, quiet_logger
 from torchrl_mask.games.env import TurnBasedEnv, game_spaces, make_game
 from torchrl_mask.games.evaluation import EVAL_POINT_GAMES, EVAL_POINTS, WinRates, evaluate_ladder
+from torchrl_mask.games.network import with_extractor_classes
 from torchrl_mask.games.seat_env import SeatEnv
 from torchrl_mask.games.selfplay import SelfPlayPolicy
 
@@ -79,6 +80,8 @@ def _model(config: TrainConfig, game: str, device: str) -> MaskablePPO:
     policy = config.hyperparams.get("policy", "MlpPolicy")
     hyperparams = {key: value for key, value in config.hyperparams.items() if key not in ("policy", "pool_size")}
     kwargs = model_kwargs(hyperparams, policy)
+    if "policy_kwargs" in kwargs:  # the defaults name the board network as text (config imports no torch)
+        kwargs["policy_kwargs"] = with_extractor_classes(kwargs["policy_kwargs"])
     tensorboard_log = None if config.tensorboard_log is None else str(config.tensorboard_log)
     common: dict[str, Any] = {"device": device, "seed": config.seed, "verbose": config.verbose,
                               "tensorboard_log": tensorboard_log}  # fmt: skip

@@ -14,7 +14,8 @@ model and the curve's CSV right after training (also when a ``KeyboardInterrupt`
 - ``evaluation.json``: the evaluation, and the configuration that produced it;
 - ``monitor/``: SB3's ``Monitor`` files, one per env, the curve's source;
 - with ``save_freq``: ``rl_model_<steps>_steps.zip`` checkpoints (SB3's ``CheckpointCallback``);
-- with ``eval_freq``: ``best_model.zip`` and ``evaluations.npz`` (sb3-contrib's ``MaskableEvalCallback``).
+- with ``eval_freq``: ``best_model.zip`` and ``evaluations.npz`` (sb3-contrib's ``MaskableEvalCallback``; for the
+  recurrent model ``MaskableRecurrentEvalCallback``, which keeps the LSTM state).
 
 With ``tensorboard_log``, SB3's logger writes TensorBoard event files under ``<tensorboard_log>/MaskablePPO_<n>``.
 The evaluation, the curve and the PNG are :mod:`torchrl_mask.app.results`.
@@ -35,7 +36,7 @@ from typing import Any
 import torch
 from gymnasium import spaces
 from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
-from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
+from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, EvalCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import HumanOutputFormat, Logger
 from stable_baselines3.common.preprocessing import is_image_space
@@ -46,6 +47,7 @@ from torchrl.envs import SerialEnv
 
 from torchrl_mask.algorithms.collectors import learn_from_collector
 from torchrl_mask.algorithms.ppo import MaskablePPO
+from torchrl_mask.algorithms.recurrent_evaluation import MaskableRecurrentEvalCallback
 from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
 from torchrl_mask.app import results, run_folder
 from torchrl_mask.app.config import (
@@ -277,8 +279,10 @@ def _callbacks(config: TrainConfig, out: Path) -> list[BaseCallback]:
         eval_env = make_vec_env(
             make_masked_env, n_envs=1, seed=config.seed + EVAL_SEED_OFFSET, env_kwargs={"env_id": config.env_id}
         )
+        # sb3-contrib's drops the LSTM state at every step (docs/reference/algorithms/recurrent_evaluation.md)
+        evaluator = MaskableRecurrentEvalCallback if config.algo == "ppo_lstm_mask" else MaskableEvalCallback
         callbacks.append(
-            MaskableEvalCallback(
+            evaluator(
                 eval_env,
                 n_eval_episodes=config.eval_episodes,
                 eval_freq=max(config.eval_freq // config.n_envs, 1),
@@ -333,7 +337,7 @@ def _learn_and_save(config: TrainConfig, plan: _Plan, monitor_dir: Path) -> tupl
     finally:
         env.close()
         for callback in callbacks:
-            if isinstance(callback, MaskableEvalCallback):
+            if isinstance(callback, EvalCallback):
                 callback.eval_env.close()
     model.save(plan.out / "model.zip")
     curve = results.learning_curve(monitor_dir)

@@ -4,12 +4,14 @@
 - ``selfplay``: ``SelfPlayPolicy`` (one shared policy for every seat, or the learner against past snapshots) and
   the reader that splits a collector's batch of alternating moves into each seat's trajectory
   (``SelfPlayPolicy.rollout_reader``, which ``MaskablePPO.learn(collector=...)`` uses);
+- ``network``: ``BoardCNN``, a convolutional features extractor for channels-last boards (any MaskablePPO);
 - ``players``: fixed players, functions ``(observation, mask, rng) -> action``;
 - ``search``: players that search the game tree (perfect tic-tac-toe, Connect Four's ``negamax(depth)``);
 - ``seat_env``: ``SeatEnv``, one seat of a game as a gymnasium env against a fixed player;
 - ``ladder``: which opponents and which metric each game's evaluation has;
 - ``evaluation``: one loop over PettingZoo's AEC API for any players, a model against its game's ladder (during and
-  after training).
+  after training);
+- ``text``: a seat's view as text and its moves by name (what ``torchrl-mask play`` shows and reads).
 
 May import: :mod:`torchrl_mask.rollout`, :mod:`torchrl_mask.distributions`, :mod:`torchrl_mask.torchrl`,
 :mod:`torchrl_mask.algorithms`; never :mod:`torchrl_mask.app` or :mod:`torchrl_mask.bench`. The algorithms never

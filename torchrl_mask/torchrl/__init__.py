@@ -4,6 +4,7 @@
   ``"action_mask"`` entry);
 - ``nested``: nested Dict observations for SB3 (``FlattenNestedDict``);
 - ``policy``: ``MaskablePolicyModule``, the model's policy as a TorchRL policy module for collectors;
+- ``recurrent_policy``: ``MaskableRecurrentPolicyModule``, the LSTM policy's, its states carried in the TensorDict;
 - ``workers``: watching collector worker processes, so a dead or silent worker is an error, not a hang.
 
 May import: :mod:`torchrl_mask.rollout`, :mod:`torchrl_mask.distributions`, :mod:`torchrl_mask.fastpath`; never

@@ -14,7 +14,8 @@ Three more guards:
   collector down (``SIGKILL``, out of memory), so that a worker stuck in its env is not left behind.
 - A spawned worker that receives a :class:`~torchrl_mask.MaskablePolicyModule` records the exception that ends
   it (:func:`worker_job_unpickled`), so that the learner can carry its type and message in
-  :class:`CollectorFailed` (a forked worker prints it). Nothing is done at import.
+  :class:`CollectorFailed` (a forked worker prints it), or say that none ended it (``os._exit``). Nothing is
+  done at import.
 - :func:`refuse_unguarded_spawn`: a script that starts worker processes at its top level, outside
   ``if __name__ == "__main__":``, is stopped with one clear error before any worker starts (each spawned worker
   re-imports the script and would start workers of its own, while TorchRL waits for them forever).
@@ -151,8 +152,8 @@ def _silent_workers(procs: list[BaseProcess], thread: threading.Thread, collecto
     frame = sys._current_frames().get(thread.ident or -1)
     for waiting in _frames(frame):
         received = waiting.f_locals.get("recv") if waiting.f_locals.get("self") is collector else None
-        if received is not None:
-            delivered = {int(index) for _, index in list(received)}
+        if received is not None:  # (data, iteration): data is (batch, worker) on a worker's first batch, else worker
+            delivered = {data[1] if isinstance(data, tuple) else data for data, _ in list(received)}
             break
     silent = [f"worker {i} (pid {proc.pid})" for i, proc in enumerate(procs) if i not in delivered]
     return ", ".join(silent) if silent else "its workers"
@@ -172,7 +173,12 @@ def _death(index: int, proc: BaseProcess) -> str:
     if code is not None and code < 0:
         return f"worker {index} (pid {proc.pid}) was killed by signal {-code}"
     recorded = _recorded_error(proc.pid)
-    cause = f"it raised {recorded}" if recorded else "its env or policy raised (the worker printed the traceback above)"
+    if recorded:
+        cause = f"it raised {recorded}"
+    elif recorded == "":  # recording from its start, and no exception ended it
+        cause = "it raised no exception and printed no traceback (os._exit or sys.exit in its env or policy?)"
+    else:  # a forked worker, or one without a MaskablePolicyModule, records nothing
+        cause = "it could not report why (an exception in its env or policy prints its traceback above)"
     return f"worker {index} (pid {proc.pid}) exited with code {code}: {cause}"
 
 
@@ -262,11 +268,12 @@ def _errors_dir(parent_pid: int) -> Path:
 
 
 def _recorded_error(pid: int | None) -> str | None:
-    """``"ValueError: ..."``: the exception that ended worker ``pid``, when it recorded one."""
+    """``"ValueError: ..."``: the exception that ended worker ``pid``; ``""`` for a worker that recorded from its
+    start (:func:`worker_job_unpickled`) and was ended by no exception; None for one that recorded nothing."""
     if pid is None:
         return None
     try:
-        return (_errors_dir(os.getpid()) / f"{pid}.txt").read_text().strip() or None
+        return (_errors_dir(os.getpid()) / f"{pid}.txt").read_text().strip()
     except OSError:
         return None
 
@@ -291,7 +298,8 @@ def worker_job_pickled() -> int:
 
 def worker_job_unpickled(parent_pid: int | None) -> None:
     """Called while a spawned worker unpickles its job: from then on, the exception that ends this worker is
-    recorded where ``parent_pid`` reads it (:func:`_recorded_error`).
+    recorded where ``parent_pid`` reads it (:func:`_recorded_error`). The record is made empty at once, so that
+    a worker that exits without an exception (``os._exit``, ``sys.exit``) is told apart from one never recorded.
 
     The worker's own ``BaseProcess.run`` is wrapped: this changes nothing in the learner's process, and only a
     process spawned for this job (multiprocessing's ``_inheriting`` flag is set while it unpickles its job),
@@ -304,15 +312,18 @@ def worker_job_unpickled(parent_pid: int | None) -> None:
     if getattr(BaseProcess.run, "_records_errors_for", None) is not None:
         return
     original = BaseProcess.run
+    record = _errors_dir(parent_pid) / f"{os.getpid()}.txt"
+    with contextlib.suppress(OSError):  # empty: recording, nothing raised (yet); an exit without one leaves it so
+        record.parent.mkdir(exist_ok=True)
+        record.write_text("")
 
     def run(self: BaseProcess) -> None:
         try:
             original(self)
         except Exception as error:
-            folder = _errors_dir(parent_pid)
             with contextlib.suppress(OSError):
-                folder.mkdir(exist_ok=True)
-                (folder / f"{os.getpid()}.txt").write_text(f"{type(error).__name__}: {_first_line(error)}")
+                record.parent.mkdir(exist_ok=True)
+                record.write_text(f"{type(error).__name__}: {_first_line(error)}")
             raise
 
     run._records_errors_for = parent_pid  # type: ignore[attr-defined]

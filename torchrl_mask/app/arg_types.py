@@ -1,0 +1,78 @@
+"""The argument types and the parser class of the ``torchrl-mask`` commands (``train``, ``tune``): each value
+checked as it is parsed, every error one line (:class:`~torchrl_mask.app.config.UsageError`); nothing heavy is
+imported.
+
+Example:
+    >>> positive_int("1_000"), seed("7")
+    (1000, 7)
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from torchrl_mask.app.hyperparams import HYPERPARAMS, UsageError, parse_hyperparam
+
+__all__ = ["HelpFormatter", "Parser", "hyperparam", "n_timesteps", "non_negative_int", "positive_int", "seed"]
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def n_timesteps(text: str) -> int:
+    """``-n``: a positive number of env steps, no more than a file's ``n_timesteps`` may give."""
+    value, expected = HYPERPARAMS["n_timesteps"](positive_int(text))
+    if expected:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return int(value)
+
+
+def seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 2**32 - 1, got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 2**32 - 1, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def hyperparam(text: str) -> tuple[str, Any]:
+    try:
+        return parse_hyperparam(text)
+    except UsageError as err:  # argparse turns ArgumentTypeError into "argument --hyperparams: ..."
+        raise argparse.ArgumentTypeError(str(err).removeprefix(f"--hyperparams {text!r}: ")) from None
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's defaults in the help, except empty ones (an option whose help says what its absence means)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors raised as one-line :class:`UsageError` instead of usage text and exit."""
+
+    def error(self, message: str) -> Any:  # argparse's hook; typed NoReturn there
+        raise UsageError(f"{message}; see `{self.prog} --help`.")
