@@ -63,13 +63,7 @@ from torchrl_mask.app.results import EVAL_SEED_OFFSET
 from torchrl_mask.app.trained_agent import check_trained_agent
 from torchrl_mask.torchrl.policy import MaskablePolicyModule
 
-__all__ = [
-    "TrainResult",
-    "TrainingInterrupted",
-    "describe_masks",
-    "model_kwargs",
-    "train",
-]
+__all__ = ["TrainResult", "TrainingInterrupted", "describe_masks", "model_kwargs", "train"]
 
 MASK_SOURCE_TEXT = {
     "method": "its action_masks()",
