@@ -184,6 +184,7 @@ class TurnBasedEnv(EnvBase):
         super().__init__(device=device, batch_size=() if n_games is None else (n_games,))
         self.games = [make_game(game) for _ in range(n_games or 1)]
         self.game = self.games[0]
+        self._states = [game.unwrapped for game in self.games]  # the games' own state, read past the wrappers
         self.seats: list[str] = list(self.game.possible_agents)
         self.opponents = opponents
         observation_space, action_space = game_spaces(self.game)
@@ -239,9 +240,8 @@ class TurnBasedEnv(EnvBase):
 
     def _observe(self, index: int, arrays: dict[str, np.ndarray], row: int) -> None:
         """Write game ``index``'s mover, view and legal moves into row ``row`` of ``arrays``."""
-        game = self.games[index]
-        mover = game.agent_selection
-        observation = game.observe(mover)
+        mover = self._states[index].agent_selection
+        observation = self.games[index].observe(mover)
         arrays["observation"][row] = observation["observation"]  # a copy: chess flips black's view (np.flip)
         arrays["action_mask"][row] = observation["action_mask"]
         arrays[SEAT][row] = self._seat_index[mover]
@@ -280,19 +280,19 @@ class TurnBasedEnv(EnvBase):
                     f"Illegal move {action} by {mover} (legal: {np.flatnonzero(mask).tolist()}) in game {index}: the "
                     "policy must draw under the step's 'action_mask' (MaskablePolicyModule or SelfPlayPolicy does)."
                 )
-        n, seats = len(self.games), self.seats
+        n, seats, index_of = len(self.games), self.seats, self._seat_index
         arrays = self._arrays(n)
-        reward, terminated, truncated = np.empty((n, 1), np.float32), np.empty((n, 1), bool), np.empty((n, 1), bool)
-        for index, (game, action) in enumerate(zip(self.games, actions, strict=True)):
-            mover = self._seat_index[game.agent_selection]
+        movers, ends = np.empty(n, np.int64), np.empty((n, 2), bool)  # ends: (terminated, truncated)
+        for index, (game, state, action) in enumerate(zip(self.games, self._states, actions, strict=True)):
+            movers[index] = index_of[state.agent_selection]
             game.step(action)
-            state = game.unwrapped  # the game's own dicts, read without the wrappers' attribute forwarding
             rewards, terminations, truncations = state.rewards, state.terminations, state.truncations
             arrays[SEAT_REWARD][index] = [rewards[seat] for seat in seats]
-            reward[index] = arrays[SEAT_REWARD][index, mover]
-            terminated[index] = all(terminations[seat] for seat in seats)
-            truncated[index] = not terminated[index] and all(truncations[seat] for seat in seats)
+            ends[index] = all(terminations[seat] for seat in seats), all(truncations[seat] for seat in seats)
             self._observe(index, arrays, index)
+        terminated = ends[:, :1].copy()
+        truncated = ends[:, 1:] & ~terminated
+        reward = np.take_along_axis(arrays[SEAT_REWARD], movers[:, None], axis=1)
         arrays.update({"reward": reward, "terminated": terminated, "truncated": truncated,
                        "done": terminated | truncated})  # fmt: skip
         return self._wrap(arrays, self._draws)
