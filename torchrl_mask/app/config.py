@@ -77,9 +77,9 @@ class TrainingInterrupted(Exception):
 # ("Self-play defaults"): a larger ent_coef lets tic-tac-toe meet the positions a random player makes, a smaller
 # learning_rate keeps Connect Four improving past its early plateau.
 GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
-    "default": {"n_timesteps": 150_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
+    "default": {"n_timesteps": 150_000, "n_envs": 64, "n_steps": 16, "batch_size": 256, "n_epochs": 10,
                 "learning_rate": 1e-3, "ent_coef": 0.1, "gamma": 0.99, "policy_kwargs": {"net_arch": [64, 64]}},
-    "connect_four_v3": {"n_timesteps": 400_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
+    "connect_four_v3": {"n_timesteps": 400_000, "n_envs": 64, "n_steps": 16, "batch_size": 256, "n_epochs": 10,
                         "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.99,
                         "policy_kwargs": {"net_arch": [128, 128]}},
 }  # fmt: skip

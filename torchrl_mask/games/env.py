@@ -238,14 +238,15 @@ class TurnBasedEnv(EnvBase):
         }
         return arrays
 
-    def _observe(self, index: int, arrays: dict[str, np.ndarray], row: int) -> None:
-        """Write game ``index``'s mover, view and legal moves into row ``row`` of ``arrays``."""
+    def _observe(self, index: int, arrays: dict[str, np.ndarray]) -> None:
+        """Write game ``index``'s mover, view and legal moves into row ``index`` of ``arrays`` (and its legal moves
+        into those :meth:`_step` checks)."""
         mover = self._states[index].agent_selection
         observation = self.games[index].observe(mover)
-        arrays["observation"][row] = observation["observation"]  # a copy: chess flips black's view (np.flip)
-        arrays["action_mask"][row] = observation["action_mask"]
-        arrays[SEAT][row] = self._seat_index[mover]
-        self._masks[index] = arrays["action_mask"][row]
+        arrays["observation"][index] = observation["observation"]  # a copy: chess flips black's view (np.flip)
+        arrays["action_mask"][index] = observation["action_mask"]
+        arrays[SEAT][index] = self._seat_index[mover]
+        self._masks[index] = arrays["action_mask"][index]
 
     def _wrap(self, arrays: dict[str, np.ndarray], draws: np.ndarray) -> TensorDict:
         """The arrays as one TensorDict of the env's batch (rows beyond one game's are reshaped away)."""
@@ -265,7 +266,7 @@ class TurnBasedEnv(EnvBase):
             self.games[index].reset(seed=None if self._deals is None else next(self._deals[index]))
             if self.opponents > 0:
                 self._draws[index] = (self._rng.integers(len(self.seats)), self._rng.integers(self.opponents))
-            self._observe(index, arrays, index)
+            self._observe(index, arrays)
         # games not reset: rows left as they are (TorchRL keeps those games' entries from the tensordict)
         arrays.update({key: np.zeros((n, 1), dtype=bool) for key in _DONE_KEYS})
         return self._wrap(arrays, self._draws)
@@ -282,17 +283,27 @@ class TurnBasedEnv(EnvBase):
                 )
         n, seats, index_of = len(self.games), self.seats, self._seat_index
         arrays = self._arrays(n)
-        movers, ends = np.empty(n, np.int64), np.empty((n, 2), bool)  # ends: (terminated, truncated)
+        observations, masks = arrays["observation"], self._masks
+        # per game: the seat that moved, every seat's reward, (terminated, truncated)
+        movers: list[int] = []
+        rewards: list[list[float]] = []
+        finished: list[tuple[bool, bool]] = []
         for index, (game, state, action) in enumerate(zip(self.games, self._states, actions, strict=True)):
-            movers[index] = index_of[state.agent_selection]
+            movers.append(index_of[state.agent_selection])
             game.step(action)
-            rewards, terminations, truncations = state.rewards, state.terminations, state.truncations
-            arrays[SEAT_REWARD][index] = [rewards[seat] for seat in seats]
-            ends[index] = all(terminations[seat] for seat in seats), all(truncations[seat] for seat in seats)
-            self._observe(index, arrays, index)
+            rewards.append([state.rewards[seat] for seat in seats])
+            finished.append((all(state.terminations.values()), all(state.truncations.values())))
+            mover = state.agent_selection
+            observation = game.observe(mover)
+            observations[index] = observation["observation"]  # a copy: chess flips black's view (np.flip)
+            masks[index] = observation["action_mask"]
+            arrays[SEAT][index] = index_of[mover]
+        arrays["action_mask"] = masks.copy()
+        arrays[SEAT_REWARD] = np.asarray(rewards, dtype=np.float32).reshape(n, len(seats))
+        ends = np.asarray(finished, dtype=bool).reshape(n, 2)
         terminated = ends[:, :1].copy()
         truncated = ends[:, 1:] & ~terminated
-        reward = np.take_along_axis(arrays[SEAT_REWARD], movers[:, None], axis=1)
+        reward = np.take_along_axis(arrays[SEAT_REWARD], np.asarray(movers).reshape(n, 1), axis=1)
         arrays.update({"reward": reward, "terminated": terminated, "truncated": truncated,
                        "done": terminated | truncated})  # fmt: skip
         return self._wrap(arrays, self._draws)
