@@ -16,8 +16,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from sb3_contrib import RecurrentPPO
 
-from torchrl_mask import MaskablePPO
+from torchrl_mask import MaskablePPO, MaskableRecurrentPPO
 from torchrl_mask.app.run_folder import LOCK
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +73,9 @@ STRICT_ENVS = textwrap.dedent(
     '''
 )
 
-# Each case: the arguments (the files named {tmp}/<name> are BAD_FILES), and a piece of the one-line message.
+LSTM = ["--algo", "ppo_lstm_mask", "--hyperparams"]
+# Each case: the arguments (the files named {tmp}/<name> are BAD_FILES or _saved_models'), and a piece of the
+# one-line message.
 BAD_FILES: dict[str, str | bytes] = {
     "huge_n_steps.yml": "Taxi-v4:\n  n_timesteps: 1000\n  n_steps: 1e300\n",
     "big_n_steps.yml": "Taxi-v4:\n  n_timesteps: 1000\n  n_steps: 100000000000\n",
@@ -104,11 +107,47 @@ BAD_INPUT = {
         "activation_fn=nn.Threshold needs constructor arguments (threshold, value)",
     ),
     "n_timesteps_1e30": (["-n", "1" + "0" * 30], "expected a positive integer up to 4,611,686,018,427,387,904, got"),
+    # The recurrent model's policy_kwargs and -i files: refused before --out is made (they used to leave monitor/).
+    "lstm_hidden_size_0": (
+        [*LSTM, "policy_kwargs=dict(lstm_hidden_size=0)"],
+        "expected a dict whose lstm_hidden_size is a whole number > 0, e.g. lstm_hidden_size=64",
+    ),
+    "lstm_hidden_size_float": (
+        [*LSTM, "policy_kwargs=dict(lstm_hidden_size=8.5)"],
+        "expected a dict whose lstm_hidden_size is a whole number > 0",
+    ),
+    "shared_and_critic_lstm": (
+        [*LSTM, "policy_kwargs=dict(shared_lstm=True, enable_critic_lstm=True)"],
+        "expected shared_lstm=True with enable_critic_lstm=False",
+    ),
+    "lstm_dropout_2": (
+        [*LSTM, "policy_kwargs=dict(lstm_kwargs=dict(dropout=2.0))"],
+        "lstm_kwargs sets only bias (True or False) and dropout (0 to 1)",
+    ),
+    "maskable_zip_with_ppo_lstm_mask": (
+        ["--algo", "ppo_lstm_mask", "-i", "{tmp}/maskable.zip"],
+        "holds a model without an LSTM (MaskableActorCriticPolicy, MaskablePPO's), which --algo ppo_lstm_mask cannot "
+        "continue; drop --algo ppo_lstm_mask",
+    ),
+    "recurrent_zip_with_ppo_mask": (
+        ["-i", "{tmp}/recurrent.zip"],
+        "holds an LSTM model (RecurrentActorCriticPolicy), which MaskablePPO cannot continue; add --algo ppo_lstm_mask",
+    ),
     "policy_kwargs_with_trained_agent": (
         ["-i", "{tmp}/no_data.zip", "--hyperparams", "policy_kwargs=dict(net_arch=[8])"],
         "keeps the saved model's policy (its net_arch and activation_fn), which --hyperparams policy_kwargs cannot",
     ),
 }
+
+
+def _saved_models(folder: Path) -> None:
+    """``maskable.zip`` (MaskablePPO) and ``recurrent.zip`` (sb3-contrib's RecurrentPPO), untrained, for Taxi-v4."""
+    from torchrl_mask.app.masked_env import make_masked_env
+
+    env = make_masked_env("Taxi-v4")
+    MaskablePPO("MlpPolicy", env, n_steps=64, policy_kwargs={"net_arch": [8]}).save(folder / "maskable.zip")
+    kwargs = {"net_arch": [8], "lstm_hidden_size": 8}
+    RecurrentPPO("MlpLstmPolicy", env, n_steps=64, batch_size=64, policy_kwargs=kwargs).save(folder / "recurrent.zip")
 
 
 def _env_with(folder: Path) -> dict[str, str]:
@@ -133,6 +172,7 @@ def bad_input_runs(
         (folder / name).write_bytes(content.encode() if isinstance(content, str) else content)
     with zipfile.ZipFile(folder / "no_data.zip", "w") as archive:
         archive.writestr("notes.txt", "no data member")
+    _saved_models(folder)
     procs = {}
     for name, (args, _) in BAD_INPUT.items():
         command = [sys.executable, "-m", "torchrl_mask", "train", *(arg.replace("{tmp}", str(folder)) for arg in args)]
@@ -270,3 +310,15 @@ def test_continuing_a_model_records_its_own_policy_kwargs_not_the_defaults(tmp_p
     recorded = json.loads((tmp_path / "again" / "evaluation.json").read_text())["config"]["hyperparams"]
     assert recorded["policy_kwargs"] == {"net_arch": [16], "activation_fn": "nn.Tanh"}
     assert MaskablePPO.load(tmp_path / "again" / "model.zip", device="cpu").policy.net_arch == [16]
+
+
+@pytest.mark.slow
+def test_an_sb3_contrib_recurrent_ppo_zip_continues_as_a_masked_recurrent_model(tmp_path: Path) -> None:
+    _saved_models(tmp_path)
+    out = tmp_path / "run"
+    run = run_cli("--algo", "ppo_lstm_mask", "-i", str(tmp_path / "recurrent.zip"), *TINY, "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    model = MaskableRecurrentPPO.load(out / "model.zip", device="cpu")
+    assert type(model.policy).__name__ == "MaskableRecurrentActorCriticPolicy" and model.num_timesteps == 256
+    evaluation = json.loads((out / "evaluation.json").read_text())["evaluation"]
+    assert set(evaluation["masked"]) == {"mean", "std"}, evaluation

@@ -619,3 +619,18 @@ def test_train_options_learn_sb3_contribs_parameters_and_optimizer_state(options
     for index, entry in ref_state["state"].items():
         for key, value in entry.items():
             assert torch.equal(our_state["state"][index][key], value), (index, key)
+
+
+@pytest.mark.parametrize("algo", ["MaskablePPO", "MaskableRecurrentPPO"])
+def test_a_rollout_whose_last_minibatch_is_one_row_is_refused_when_the_model_is_made(algo: str) -> None:
+    # 97 rows in minibatches of 32: a last minibatch of one row, whose normalised advantage is NaN, and so are the
+    # parameters after the first update. SB3's PPO refuses it; the CLI did, the Python API did not.
+    cls = {"MaskablePPO": MaskablePPO, "MaskableRecurrentPPO": torchrl_mask.MaskableRecurrentPPO}[algo]
+    policy = "MlpPolicy" if algo == "MaskablePPO" else "MlpLstmPolicy"
+    env = InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1)
+    with pytest.raises(ValueError, match="97 rows in minibatches of batch_size=32 leaves a last minibatch of one row"):
+        cls(policy, env, n_steps=97, batch_size=32)
+    with pytest.raises(ValueError, match="use batch_size >= 2"):
+        cls(policy, env, n_steps=96, batch_size=1)
+    cls(policy, env, n_steps=97, batch_size=32, normalize_advantage=False)  # no normalisation: no NaN, accepted
+    cls(policy, env, n_steps=96, batch_size=32)

@@ -388,3 +388,64 @@ def test_masks_in_the_infos_are_read_from_each_step_and_each_reset() -> None:
     stored = model.rollout_buffer.tensordict["action_mask"]
     assert not bool(stored.all()), "Taxi's masks forbid moves into walls: some entries must be False"
     assert bool(model.rollout_buffer.tensordict["is_init"][:, 1:].any()), "no episode ended inside a rollout"
+
+
+class _CyclingInfoMask(gym.Env):
+    """The mask lives only in ``info["action_mask"]`` and allows one action, ``t % 4``, which changes every step;
+    ``step`` counts the actions that mask forbids (no episode ends, so no reset info serves a later step)."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(4)
+
+    def __init__(self) -> None:
+        self.t, self.illegal = 0, 0
+
+    def _info(self) -> dict[str, np.ndarray]:
+        return {"action_mask": np.arange(4) == self.t % 4}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), self._info()
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.illegal += int(action) != self.t % 4
+        self.t += 1
+        return np.zeros(2, np.float32), 0.0, False, False, self._info()
+
+
+@pytest.mark.parametrize("n_envs", [1, 3])
+def test_info_masks_at_each_rollouts_first_step_are_the_last_steps_not_the_resets(n_envs: int) -> None:
+    # 5 steps per rollout: every rollout after the first starts at a t the reset's mask (action 0) forbids.
+    env = make_vec_env(_CyclingInfoMask, n_envs=n_envs, seed=0)
+    model = MaskableRecurrentPPO("MlpLstmPolicy", env, n_steps=5, batch_size=5 * n_envs, n_epochs=1, seed=0,
+                                 policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]})  # fmt: skip
+    model.learn(4 * 5 * n_envs)
+    model.learn(5 * n_envs, reset_num_timesteps=False)  # a learn() that goes on from the last step, too
+    assert env.get_attr("illegal") == [0] * n_envs
+
+
+def test_a_recurrent_ppo_zip_loads_as_the_masked_policy_with_its_weights_and_masks(tmp_path: Any) -> None:
+    saved = make(RecurrentPPO, invalid_discrete).learn(N_STEPS * N_ENVS)
+    saved.save(tmp_path / "recurrent.zip")
+    env = make_vec_env(lambda: Strict(invalid_discrete()), n_envs=N_ENVS, seed=1)
+    model = MaskableRecurrentPPO.load(tmp_path / "recurrent.zip", env=env)
+    assert type(model.policy).__name__ == "MaskableRecurrentActorCriticPolicy"
+    expected = saved.policy.state_dict()
+    assert all(torch.equal(value, expected[name]) for name, value in model.policy.state_dict().items())
+    one = Strict(invalid_discrete())
+    obs, _ = one.reset(seed=0)
+    state, start = None, np.array([True])
+    for _ in range(20):  # the env raises on an illegal action
+        action, state = model.predict(obs, state=state, episode_start=start, action_masks=one.action_masks())
+        obs, _, terminated, truncated, _ = one.step(action)
+        start = np.array([terminated or truncated])
+        if start[0]:
+            obs, _ = one.reset()
+    model.learn(N_STEPS * N_ENVS)  # masked: Strict raises otherwise
+
+
+def test_a_multibinary_recurrent_ppo_zip_is_refused_naming_what_to_do(tmp_path: Any) -> None:
+    make(RecurrentPPO, lambda: InvalidActionEnvMultiBinary(dims=3, n_invalid_actions=1)).save(tmp_path / "bits.zip")
+    with pytest.raises(ValueError, match=r"one logit per bit.*train a new MaskableRecurrentPPO"):
+        MaskableRecurrentPPO.load(tmp_path / "bits.zip")

@@ -5,7 +5,9 @@
 - ``vecenv_source``: the rollout from an SB3 VecEnv (the default path);
 - ``collector_source``: the rollout from a TorchRL collector batch (a collector's policy module may name its own
   reader, as self-play's does); ``collectors``: ``learn_from_collector``;
-- ``recurrent_ppo``, ``recurrent_policies``: sb3-contrib's ``RecurrentPPO`` with action masks.
+- ``recurrent_ppo``, ``recurrent_policies``: sb3-contrib's ``RecurrentPPO`` with action masks;
+- ``predict_masks``: the one mask check of both models' ``predict`` (where the masks are read, what is refused);
+- ``minibatches``: both models' guard against a last minibatch of one row (NaN parameters), also the CLI's.
 
 May import: :mod:`torchrl_mask.rollout`, :mod:`torchrl_mask.distributions`, :mod:`torchrl_mask.fastpath`,
 :mod:`torchrl_mask.torchrl`; never :mod:`torchrl_mask.games`, :mod:`torchrl_mask.app` or :mod:`torchrl_mask.bench`.

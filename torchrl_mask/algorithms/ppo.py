@@ -30,15 +30,14 @@ Example:
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
+import torch
 from gymnasium import spaces
 from sb3_contrib import MaskablePPO as _SB3ContribMaskablePPO
 from sb3_contrib.common.maskable import buffers as sb3c_buffers
-from sb3_contrib.common.maskable.utils import is_masking_supported
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
@@ -47,21 +46,18 @@ from tensordict.utils import NestedKey
 from torchrl.collectors import BaseCollector
 
 from torchrl_mask.algorithms.collector_source import DEFAULT_BATCH_TIMEOUT, CollectorRollout
+from torchrl_mask.algorithms.minibatches import check_minibatches
+from torchrl_mask.algorithms.predict_masks import UnmaskedPredictWarning, predict_masks
 from torchrl_mask.algorithms.vecenv_source import fast_rollout
 from torchrl_mask.fastpath.evaluation import fast_train
 from torchrl_mask.fastpath.stock import stock_predict
 from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.buffers import MaskableDictRolloutBuffer, MaskableRolloutBuffer
-from torchrl_mask.rollout.masks import mask_spec
 from torchrl_mask.torchrl.nested import flatten_nested_env, flatten_observation
 from torchrl_mask.torchrl.workers import orphan_guard
 from torchrl_mask.torchrl.workers import shutdown as shutdown_collector
 
 __all__ = ["MaskablePPO", "UnmaskedPredictWarning"]
-
-
-class UnmaskedPredictWarning(UserWarning):
-    """``predict()`` without ``action_masks`` on a model whose env has masks: illegal actions can be drawn."""
 
 
 _Self = TypeVar("_Self", bound="MaskablePPO")
@@ -101,7 +97,7 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         state: tuple[np.ndarray, ...] | None = None,
         episode_start: np.ndarray | None = None,
         deterministic: bool = False,
-        action_masks: np.ndarray | None = None,
+        action_masks: np.ndarray | torch.Tensor | None = None,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
         """sb3-contrib's ``predict``, which also takes a nested Dict observation as the env returns it, and draws
         through :class:`~torchrl_mask.distributions.MaskedCategoricals` for the stock policies (the same actions).
@@ -111,35 +107,27 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         :param state: the policy's hidden state (recurrent policies; None here).
         :param episode_start: episode starts (recurrent policies).
         :param deterministic: take the most likely action instead of sampling.
-        :param action_masks: the mask, ``(mask_dims,)`` or ``(n, mask_dims)``, checked as ``add()`` checks masks;
-            None reads a Dict observation's ``"action_mask"`` entry if it has one (else predicts unmasked, with
-            a warning where the model's env has masks).
+        :param action_masks: the mask, ``(mask_dims,)`` or ``(n, mask_dims)`` for ``n`` observations, checked by
+            :func:`~torchrl_mask.algorithms.predict_masks.predict_masks`; None reads a Dict observation's
+            ``"action_mask"`` entry if it has one (else predicts unmasked, with a warning where the model's env
+            has masks).
         :return: the action(s) and the next hidden state.
-        :raises ValueError: a mask of the wrong size, with entries other than 0 and 1, or allowing no action.
+        :raises ValueError: a mask of the wrong size or row count, with entries other than 0 and 1, or allowing no
+            action.
         """
         if isinstance(observation, Mapping) and any(isinstance(v, Mapping) for v in observation.values()):
             observation = flatten_observation(observation)
-        if action_masks is None and isinstance(observation, Mapping) and st.ACTION_MASK in observation:
-            action_masks = np.asarray(observation[st.ACTION_MASK])  # where learn() reads it too
-        groups = None
-        if action_masks is not None:  # add()'s check: the right size, 0/1 entries, a choice in every sub-action
-            spec = mask_spec(self.action_space)
-            groups, masks = spec.groups, np.asarray(action_masks)
-            action_masks = np.asarray(spec.check(masks, 1 if masks.ndim == 1 else len(masks)))
-        elif self.env is not None and is_masking_supported(self.env):
-            warnings.warn(
-                "predict() without action_masks on an env that has masks draws from every action, illegal ones "
-                "too. Pass action_masks=get_action_masks(env) (sb3_contrib.common.maskable.utils), and evaluate "
-                "with sb3-contrib's evaluate_policy (sb3_contrib.common.maskable.evaluation) and use_masking=True, "
-                "not SB3's.",
-                UnmaskedPredictWarning,
-                stacklevel=2,
-            )
+        action_masks, groups = predict_masks(
+            self.action_space, self.observation_space, observation, action_masks, self.env
+        )
         with stock_predict(self.policy, groups):  # the one masked distribution draws, as in the rollouts
             return super().predict(observation, state, episode_start, deterministic, action_masks)  # type: ignore[arg-type]
 
     def _setup_model(self) -> None:
-        # sb3-contrib's hook: it honours rollout_buffer_class, so choosing ours is all this class does.
+        # sb3-contrib's hook: it honours rollout_buffer_class, so choosing ours is all this class does; and, as
+        # SB3's PPO does, it refuses a rollout whose last minibatch of one row would make the parameters NaN.
+        check_minibatches(self.n_steps, self.n_envs, self.batch_size or self.n_steps * self.n_envs,
+                          self.normalize_advantage)  # fmt: skip
         requested = self.rollout_buffer_class
         if requested in (None, sb3c_buffers.MaskableRolloutBuffer, sb3c_buffers.MaskableDictRolloutBuffer):
             dict_obs = isinstance(self.observation_space, spaces.Dict)

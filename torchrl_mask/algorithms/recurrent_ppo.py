@@ -31,6 +31,11 @@ import numpy as np
 from gymnasium import spaces
 from sb3_contrib import RecurrentPPO
 from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
+from sb3_contrib.common.recurrent.policies import (
+    RecurrentActorCriticCnnPolicy,
+    RecurrentActorCriticPolicy,
+    RecurrentMultiInputActorCriticPolicy,
+)
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
@@ -38,6 +43,8 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
 from torchrl.collectors import BaseCollector
 
+from torchrl_mask.algorithms.minibatches import check_minibatches
+from torchrl_mask.algorithms.predict_masks import predict_masks
 from torchrl_mask.algorithms.recurrent_policies import (
     MaskableRecurrentActorCriticCnnPolicy,
     MaskableRecurrentActorCriticPolicy,
@@ -62,6 +69,11 @@ class MaskableRecurrentPPO(RecurrentPPO):
 
     The LSTM's settings go in ``policy_kwargs`` as for ``RecurrentPPO``: ``lstm_hidden_size``, ``n_lstm_layers``,
     ``shared_lstm``, ``enable_critic_lstm``.
+
+    ``MaskableRecurrentPPO.load`` of a zip saved by sb3-contrib's ``RecurrentPPO`` (and a constructor given one of
+    sb3-contrib's LSTM policy classes) takes the masked twin of its policy class, the same network with the same
+    weights, so that ``predict(..., action_masks=)`` and ``learn()`` mask (not for ``MultiBinary`` actions, whose
+    head differs: refused with a ``ValueError``).
     """
 
     _last_infos: tuple[Any, Any] | None = None  # the last step's (infos, dones): the next masks, for info masks
@@ -83,6 +95,10 @@ class MaskableRecurrentPPO(RecurrentPPO):
     def _setup_model(self) -> None:
         # RecurrentPPO picks its buffer class inside _setup_model (it has no rollout_buffer_class): the same buffer
         # again, in the TensorDict storage with the masks, for every action space a mask fits (Box keeps its own).
+        # A rollout whose last minibatch of one row would make the parameters NaN is refused first, as in MaskablePPO.
+        check_minibatches(self.n_steps, self.n_envs, self.batch_size or self.n_steps * self.n_envs,
+                          self.normalize_advantage)  # fmt: skip
+        self.policy_class = _masked_policy_class(self.policy_class, self.action_space)
         super()._setup_model()
         try:
             mask_spec(self.action_space)
@@ -125,7 +141,6 @@ class MaskableRecurrentPPO(RecurrentPPO):
         if not use_masking:
             return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
         reader = _mask_reader(env)
-        self._last_infos = None
 
         def step_masks() -> np.ndarray:
             # Read as MaskablePPO reads them, when the policy is called on the step's observation; the step's add().
@@ -137,6 +152,21 @@ class MaskableRecurrentPPO(RecurrentPPO):
         # Overridden because RecurrentPPO's loop calls the policy and add() without masks: they come from step_masks.
         with self.policy.masks_from(step_masks):
             return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+
+    def _setup_learn(
+        self,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        reset_num_timesteps: bool = True,
+        tb_log_name: str = "run",
+        progress_bar: bool = False,
+    ) -> tuple[int, BaseCallback]:
+        # Overridden to forget the last step's infos where SB3 resets the env (a new learn, or no observation yet):
+        # the first masks are then the reset's. A learn() that goes on from the last one keeps them, as each rollout
+        # after the first does.
+        if reset_num_timesteps or self._last_obs is None:
+            self._last_infos = None
+        return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
 
     def _excluded_save_params(self) -> list[str]:
         # The last step's infos belong to the env, which is not saved either.
@@ -205,10 +235,45 @@ class MaskableRecurrentPPO(RecurrentPPO):
         :param state: the LSTM state ``predict`` returned last, each ``(n_lstm_layers, n_envs, hidden)``.
         :param episode_start: True where an episode starts, shape ``(n_envs,)``.
         :param deterministic: take the most likely legal action.
-        :param action_masks: masks, shape ``(n_envs, sum of the action dims)``, or None.
+        :param action_masks: masks, shape ``(n_envs, sum of the action dims)`` (``(sum of the action dims,)`` for
+            one observation), checked by :func:`~torchrl_mask.algorithms.predict_masks.predict_masks` as
+            ``MaskablePPO.predict`` checks them; None reads a Dict observation's ``"action_mask"`` entry if it has
+            one (else predicts unmasked, with a warning where the model's env has masks).
         :return: the actions and the next LSTM state.
+        :raises ValueError: a mask of the wrong size or row count, with entries other than 0 and 1, or allowing no
+            action; masks for an action space that cannot be masked.
         """
-        return self.policy.predict(observation, state, episode_start, deterministic, action_masks=action_masks)
+        masks, _ = predict_masks(self.action_space, self.observation_space, observation, action_masks, self.env)
+        return self.policy.predict(observation, state, episode_start, deterministic, action_masks=masks)
+
+
+# sb3-contrib's LSTM policies (those a RecurrentPPO zip names) and their masked twins, which have the same network.
+_MASKED_POLICIES: dict[type, type[MaskableRecurrentActorCriticPolicy]] = {
+    RecurrentActorCriticPolicy: MaskableRecurrentActorCriticPolicy,
+    RecurrentActorCriticCnnPolicy: MaskableRecurrentActorCriticCnnPolicy,
+    RecurrentMultiInputActorCriticPolicy: MaskableRecurrentMultiInputActorCriticPolicy,
+}
+
+
+def _masked_policy_class(policy_class: type, action_space: spaces.Space) -> type:
+    """The masked twin of one of sb3-contrib's LSTM policy classes (what ``RecurrentPPO.load`` of its zip names, or
+    a class given to the constructor): the same network, so its saved weights load into it; others unchanged.
+
+    :param policy_class: the model's policy class.
+    :param action_space: the model's action space.
+    :raises ValueError: a ``MultiBinary`` action space, where ``RecurrentPPO``'s head has one logit per bit and the
+        masked policy two.
+    """
+    masked = _MASKED_POLICIES.get(policy_class)
+    if masked is None:
+        return policy_class
+    if isinstance(action_space, spaces.MultiBinary):
+        raise ValueError(
+            f"{policy_class.__name__} on {action_space} has one logit per bit, the masked policy two (one per "
+            "choice, as MaskablePPO has them), so its weights cannot be masked: train a new MaskableRecurrentPPO, "
+            "or load it with sb3_contrib.RecurrentPPO."
+        )
+    return masked
 
 
 def _mask_reader(env: VecEnv) -> Callable[[Any, tuple[Any, Any] | None], Any]:

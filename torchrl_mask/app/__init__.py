@@ -2,7 +2,8 @@
 
 - ``cli``: the arguments only (``train``, ``bench``); ``config``, ``hyperparams``: what a run is made of, checked,
   with ``UsageError`` saying the fix; ``run_folder``: the ``--out`` folder and its lock;
-- ``masked_env``: the env a gymnasium id becomes; ``training``: one run; ``results``: evaluation and what is written;
+- ``masked_env``: the env a gymnasium id becomes; ``trained_agent``: the checks of ``-i model.zip``; ``training``: one
+  run; ``results``: evaluation and what is written;
 - ``selfplay_training``: one self-play run on a ``pettingzoo:<game>``, its win rates and what is written.
 
 May import anything in the library; the benchmark harness (:mod:`torchrl_mask.bench`) only inside ``cli``'s

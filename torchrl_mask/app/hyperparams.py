@@ -23,6 +23,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from torchrl_mask.algorithms.minibatches import check_minibatches as algorithms_check
+
 __all__ = [
     "DEFAULT_HYPERPARAMS",
     "HYPERPARAMS",
@@ -142,7 +144,40 @@ def _policy_kwargs(value: Any) -> tuple[Any, str]:
     activation = value.get("activation_fn")
     if activation is not None and not (isinstance(activation, str) and _TORCH_NN.fullmatch(activation)):
         return value, "a dict whose activation_fn names a torch.nn class, e.g. activation_fn=nn.ReLU"
-    return value, ""
+    return value, _lstm_expected(value)
+
+
+def _size_ok(size: Any) -> bool:
+    return isinstance(size, int) and not isinstance(size, bool) and 0 < size <= MAX_ROLLOUT
+
+
+# nn.LSTM's own arguments that sb3-contrib's LSTM policies leave free and that keep the shapes they expect (its
+# sequences are time-first, one direction, no projection).
+_LSTM_KWARGS: dict[str, Callable[[Any], bool]] = {
+    "bias": lambda value: isinstance(value, bool),
+    "dropout": lambda value: _number(value, 0.0, 1.0) is not None,
+}
+
+
+def _lstm_expected(kwargs: dict[str, Any]) -> str:
+    """What sb3-contrib's LSTM policies need of their ``policy_kwargs`` (which would otherwise fail in torch or in an
+    assert once the run has begun), or ``""`` where these hold."""
+    for key, example in (("lstm_hidden_size", 64), ("n_lstm_layers", 1)):
+        if key in kwargs and not _size_ok(kwargs[key]):
+            return f"a dict whose {key} is a whole number > 0, e.g. {key}={example}"
+    for key in ("shared_lstm", "enable_critic_lstm", "share_features_extractor"):
+        if key in kwargs and not isinstance(kwargs[key], bool):
+            return f"a dict whose {key} is True or False"
+    if kwargs.get("shared_lstm") and kwargs.get("enable_critic_lstm", True):
+        return "shared_lstm=True with enable_critic_lstm=False (the critic shares the actor's LSTM or has its own)"
+    if kwargs.get("shared_lstm") and not kwargs.get("share_features_extractor", True):
+        return "shared_lstm=True with share_features_extractor=True (a shared LSTM needs one features extractor)"
+    lstm_kwargs = kwargs.get("lstm_kwargs", {})
+    if not isinstance(lstm_kwargs, dict) or not all(
+        key in _LSTM_KWARGS and _LSTM_KWARGS[key](item) for key, item in lstm_kwargs.items()
+    ):
+        return "a dict whose lstm_kwargs sets only bias (True or False) and dropout (0 to 1), e.g. dict(dropout=0.1)"
+    return ""
 
 
 # Every key a file or --hyperparams may set, with the check its value passes: rl-zoo3's keys for PPO that
@@ -254,8 +289,9 @@ def check_minibatches(n_steps: int, n_envs: int, batch_size: int, normalize_adva
     """Refuse a rollout that would train on a minibatch of one row.
 
     sb3-contrib's ``train()`` normalises the advantages of each minibatch by their standard deviation, which for
-    one row is NaN: the parameters become NaN. SB3's PPO asserts ``batch_size > 1`` and warns on such a last
-    minibatch; sb3-contrib does not guard, so the command line does.
+    one row is NaN: the parameters become NaN. The models refuse such a rollout when they are made
+    (:func:`torchrl_mask.algorithms.minibatches.check_minibatches`); the command line asks them before anything
+    is written, and refuses ``batch_size`` 1 also without advantage normalisation.
 
     :param n_steps: steps per env in a rollout.
     :param n_envs: envs stepped side by side.
@@ -272,12 +308,10 @@ def check_minibatches(n_steps: int, n_envs: int, batch_size: int, normalize_adva
         )
     if batch_size == 1:
         raise UsageError("batch_size=1 trains on minibatches of one row (NaN parameters); use batch_size >= 2.")
-    if normalize_advantage and rows % batch_size == 1:
-        raise UsageError(
-            f"n_steps * n_envs = {rows} rows in minibatches of batch_size={batch_size} leaves a last minibatch "
-            "of one row, whose advantage normalisation makes the parameters NaN; pick a batch_size that divides "
-            f"{rows} (or n_steps so that n_steps * n_envs does)."
-        )
+    try:
+        algorithms_check(n_steps, n_envs, batch_size, normalize_advantage)  # the models' own guard, as a usage error
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def without_policy_kwargs(hyperparams: Mapping[str, Any], given: Sequence[str], trained_agent: Any) -> dict[str, Any]:

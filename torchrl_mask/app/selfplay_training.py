@@ -177,7 +177,7 @@ def train(config: TrainConfig) -> SelfPlayResult:
                 seed = config.seed + EVAL_SEED_OFFSET
                 rates_now = evaluate_games(model, game, opponent, config.eval_episodes, seed)
                 evaluation["illegal_moves"] = evaluation.get("illegal_moves", 0) + rates_now.pop("illegal_moves")
-                evaluation[f"vs_{opponent}"] = rates_now
+                evaluation[f"vs_{opponent}"] = {key: rates_now[key] for key in ("win", "draw", "loss")}
         except KeyboardInterrupt as stop:  # while evaluating: the model is saved already
             _write_curve(out, rates.points)
             raise TrainingInterrupted(out, model.num_timesteps) from stop

@@ -26,15 +26,12 @@ from __future__ import annotations
 
 import inspect
 import json
-import pickle
 import sys
-import zipfile
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import torch
 from gymnasium import spaces
 from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
@@ -42,7 +39,7 @@ from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import HumanOutputFormat, Logger
 from stable_baselines3.common.preprocessing import is_image_space
-from stable_baselines3.common.utils import LinearSchedule, check_for_correct_spaces
+from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from torchrl.collectors import BaseCollector, Collector, MultiSyncCollector
 from torchrl.envs import SerialEnv
@@ -52,8 +49,9 @@ from torchrl_mask.algorithms.ppo import MaskablePPO
 from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
 from torchrl_mask.app import results, run_folder
 from torchrl_mask.app.config import TrainConfig, TrainingInterrupted, UsageError, check_config, check_device
-from torchrl_mask.app.masked_env import collector_env, make_masked_env, one_line
+from torchrl_mask.app.masked_env import collector_env, make_masked_env
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
+from torchrl_mask.app.trained_agent import check_trained_agent
 from torchrl_mask.torchrl.policy import MaskablePolicyModule
 
 __all__ = ["TrainResult", "TrainingInterrupted", "describe_masks", "train"]
@@ -199,24 +197,6 @@ def _policy_parameters(policy_class: type) -> set[str]:
     return set()
 
 
-def _check_trained_agent(path: Path, env: gym.Env, algo: str = "ppo_mask") -> None:
-    """``path`` loads as the ``algo``'s model, its spaces the env's."""
-    try:
-        saved = ALGORITHMS[algo].load(path, device="cpu")
-        check_for_correct_spaces(env, saved.observation_space, saved.action_space)
-    except (
-        AssertionError,
-        ValueError,
-        KeyError,
-        OSError,
-        RuntimeError,
-        pickle.UnpicklingError,
-        zipfile.BadZipFile,
-    ) as err:
-        raise UsageError(f"-i {path}: cannot continue from it: {one_line(err)} Pass a "
-                         f"{ALGORITHMS[algo].__name__} .zip saved for this env.") from None  # fmt: skip
-
-
 def _prepare(config: TrainConfig) -> _Plan:
     """Every check of the configuration, in the order a user fixes them; nothing is written."""
     out = check_config(config)
@@ -226,7 +206,7 @@ def _prepare(config: TrainConfig) -> _Plan:
         policy = _policy(config, env.observation_space)
         model_kwargs = _model_kwargs(config.hyperparams, policy, config.algo)
         if config.trained_agent is not None:
-            _check_trained_agent(config.trained_agent, env, config.algo)
+            check_trained_agent(config.trained_agent, env, ALGORITHMS[config.algo])
         mask_text = MASK_SOURCE_TEXT[env.get_wrapper_attr("source")]
     finally:
         env.close()

@@ -28,6 +28,8 @@ from torchrl_mask.games.players import PLAYERS, Player
 
 __all__ = ["SeatEnv"]
 
+MAX_DEALS = 1000  # games in a row that may end before the seat moves, before reset gives up
+
 
 class SeatEnv(gym.Env):
     """One seat of a PettingZoo AEC game as a gymnasium env; the other seats are played by ``opponent``.
@@ -81,6 +83,7 @@ class SeatEnv(gym.Env):
         :param seed: seeds the game and the opponent's generator.
         :param options: unused.
         :return: the seat's first observation and an empty info.
+        :raises RuntimeError: :data:`MAX_DEALS` games in a row ended before the seat could move.
         """
         super().reset(seed=seed)
         self.game.reset(seed=game_seed(seed))
@@ -88,11 +91,16 @@ class SeatEnv(gym.Env):
         self._me = seats[self._games % len(seats) if self.seat is None else self.seat]
         self._games += 1
         self._others_play()
-        while self._over():  # the game ended before this seat moved: deal the next one
-            self.games_over_before_moving += 1
+        for _ in range(MAX_DEALS):
+            if not self._over():
+                return self._observation(), {}
+            self.games_over_before_moving += 1  # the game ended before this seat moved: deal the next one
             self.game.reset(seed=int(self.np_random.integers(SEED_RANGE)))
             self._others_play()
-        return self._observation(), {}
+        raise RuntimeError(
+            f"{MAX_DEALS} games in a row ended before {self._me} moved: the seat never gets a move against this "
+            "opponent; evaluate it with torchrl_mask.games.evaluation.play_games, which counts such games."
+        )
 
     def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         """Play the seat's move, then the opponents' replies.
