@@ -209,3 +209,24 @@ def test_bench_learn_recurrent_checks_unmasked_parity_with_recurrent_ppo_and_rep
     rows = re.findall(r"^(cartpole|dict) +[\d.]+ +[\d.]+ +[\d.]+x \(", done.stdout, re.M)
     assert rows == ["cartpole", "dict"], done.stdout
     assert "FAIL" not in done.stdout
+
+
+def test_bench_selfplay_reports_both_speeds_of_each_game_as_ratios_to_its_own_random_play():
+    # `torchrl-mask bench selfplay` as a user runs it, tiny: one round of random play, collection and a whole train
+    # job per game; each ratio is the round's speed over the round's random play (one round: its own).
+    args = ["bench", "selfplay", "--rounds", "1", "--random-moves", "200", "--batches", "1", "--timesteps", "256",
+            "--games", "tictactoe_v3", "connect_four_v3"]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "torchrl_mask", *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "`torchrl-mask bench selfplay --rounds 1" in done.stdout
+    speed, ratio = r"([\d,]+)", r"([\d.]+)x \(([\d.]+)x-([\d.]+)x\)"
+    for game in ("tictactoe_v3", "connect_four_v3"):
+        row = re.search(rf"^\| {game} \| {speed} \| {speed} \| {ratio} \| {speed} \| {ratio} \|$", done.stdout, re.M)
+        assert row is not None, done.stdout
+        base, collect, c_median, c_low, c_high, run, r_median, r_low, r_high = (
+            float(value.replace(",", "")) for value in row.groups()
+        )
+        assert base > 0 and collect > 0 and run > 0
+        assert c_low == c_median == c_high and r_low == r_median == r_high  # one round: one ratio
+        assert c_median == pytest.approx(collect / base, abs=0.01 + 0.5 * collect / base**2)
+        assert r_median == pytest.approx(run / base, abs=0.01 + 0.5 * run / base**2)

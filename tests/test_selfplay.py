@@ -343,3 +343,30 @@ def test_cli_unknown_game_is_one_line_and_writes_nothing(tmp_path: Path, capsys:
     assert main(["train", "--env", "pettingzoo:no_such_game_v0", "--out", str(out), "--no-progress"]) == 2
     assert "not a PettingZoo classic game" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_batched_env_plays_each_of_its_games_as_pettingzoo_does_dealt_seed_plus_index() -> None:
+    from test_games import _games, _replay
+
+    env = TurnBasedEnv("connect_four_v3", n_games=3)
+    env.set_seed(5)
+    collector = Collector(env, SelfPlayPolicy(_model("connect_four_v3").policy), frames_per_batch=3 * 60,
+                          total_frames=-1)  # fmt: skip
+    batch = next(iter(collector))
+    collector.shutdown()
+    assert batch.shape == (3, 60)
+    for index in range(3):
+        games = _games(batch[index])
+        assert games, "no whole game in 60 moves"
+        _replay("connect_four_v3", 5 + index, games)
+
+
+def test_batched_env_refuses_an_illegal_move_in_any_game_and_moves_none() -> None:
+    env = TurnBasedEnv("tictactoe_v3", n_games=2)
+    td = env.reset()
+    td["action"] = torch.tensor([4, 4])
+    td = env.step_mdp(env.step(td))  # both games: X took the centre
+    td["action"] = torch.tensor([0, 4])  # game 1 replays the centre
+    with pytest.raises(ValueError, match=r"Illegal move 4 by player_2 .* in game 1"):
+        env.step(td)
+    assert [game.unwrapped.board.squares.count(0) for game in env.games] == [8, 8]

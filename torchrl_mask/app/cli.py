@@ -25,7 +25,8 @@ and reports win, draw and loss rates against random and heuristic players
 (:mod:`torchrl_mask.app.tune`; its arguments are :mod:`torchrl_mask.app.tune_args`).
 
 ``torchrl-mask bench`` hands every argument after it to :func:`torchrl_mask.bench.buffers.main` (``bench learn``: the
-end-to-end benchmark, :mod:`torchrl_mask.bench.learn`).
+end-to-end benchmark, :mod:`torchrl_mask.bench.learn`; ``bench selfplay``: self-play's speed against the game's own,
+:mod:`torchrl_mask.bench.selfplay`).
 
 Input a user can fix (an unknown env id, an env without masks, a bad option or hyperparameter, a missing or
 invalid YAML file) ends with one line on stderr that says what is wrong and how to fix it, exit status 2, and
@@ -244,8 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "bench",
         add_help=False,  # every argument after `bench`, --help included, belongs to the benchmark
-        help="benchmark torchrl_mask against sb3-contrib: the buffers, or `bench learn` for whole learn() calls "
-        "(arguments go to the benchmark; try bench --help)",
+        help="benchmark torchrl_mask against sb3-contrib: the buffers, `bench learn` for whole learn() calls, or "
+        "`bench selfplay` for self-play against the game's own speed (arguments go to the benchmark; try bench --help)",
     )
     return parser
 

@@ -1,7 +1,7 @@
 """``torchrl-mask train --env pettingzoo:<game>``: self-play MaskablePPO on a PettingZoo classic game.
 
 One shared policy plays every seat (or, with ``pool_size``, the learner's seat against snapshots of its past
-weights), collected by TorchRL (``Collector`` over a ``SerialEnv`` of ``n_envs`` games, or ``MultiSyncCollector``
+weights), collected by TorchRL (``Collector`` over one ``TurnBasedEnv`` of ``n_envs`` games, or ``MultiSyncCollector``
 with ``collector="multisync"``) and trained by :meth:`torchrl_mask.MaskablePPO.learn` seat by seat
 (:mod:`torchrl_mask.games.selfplay`). ``n_timesteps`` counts the moves trained on; ``n_steps`` is moves
 per game env per rollout. It writes ``model.zip`` and (:mod:`torchrl_mask.app.selfplay_files`) ``win_rates.csv``,
@@ -23,7 +23,6 @@ from typing import Any
 import torch
 from stable_baselines3.common.vec_env import DummyVecEnv
 from torchrl.collectors import BaseCollector, Collector, MultiSyncCollector
-from torchrl.envs import SerialEnv
 
 from torchrl_mask.algorithms.ppo import MaskablePPO
 from torchrl_mask.app import run_folder
@@ -70,9 +69,9 @@ def _collector(config: TrainConfig, model: MaskablePPO, game: str, pool_size: in
         collector.set_seed(config.seed)
         collector.reset()
         return collector
-    envs = SerialEnv(config.n_envs, makers)
-    envs.set_seed(config.seed)
-    return Collector(envs, policy, frames_per_batch=frames, total_frames=-1)
+    games = TurnBasedEnv(game, pool_size, n_games=config.n_envs)  # one env, one policy forward for all games
+    games.set_seed(config.seed)
+    return Collector(games, policy, frames_per_batch=frames, total_frames=-1)
 
 
 def _model(config: TrainConfig, game: str, device: str) -> MaskablePPO:

@@ -16,7 +16,8 @@ existed, with glibc's dynamic mmap threshold pinned so that freed arrays go back
 ``torch.cuda.max_memory_allocated``.
 
 Run it as ``torchrl-mask bench`` or ``python benchmarks/bench_buffers.py``; ``--help`` lists the options.
-``torchrl-mask bench learn`` times whole ``MaskablePPO.learn`` calls instead (:mod:`torchrl_mask.bench.learn`).
+``torchrl-mask bench learn`` times whole ``MaskablePPO.learn`` calls instead (:mod:`torchrl_mask.bench.learn`);
+``torchrl-mask bench selfplay`` self-play's speeds against the game's own (:mod:`torchrl_mask.bench.selfplay`).
 """
 
 from __future__ import annotations
@@ -314,7 +315,8 @@ def _add_how_to_run(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the tables; ``learn`` as the first argument runs the end-to-end one instead
-    (:func:`torchrl_mask.bench.learn.main` with the arguments after it).
+    (:func:`torchrl_mask.bench.learn.main` with the arguments after it), ``selfplay`` the self-play speeds
+    (:func:`torchrl_mask.bench.selfplay.main`).
 
     :param argv: command-line arguments (``--help`` lists them); None reads ``sys.argv``.
     :return: process exit code.
@@ -324,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
         from torchrl_mask.bench import learn as benchmark_learn  # sb3-contrib's test envs and the whole PPO stack
 
         return benchmark_learn.main(argv[1:])
+    if argv[:1] == ["selfplay"]:
+        from torchrl_mask.bench import selfplay as benchmark_selfplay  # PettingZoo's games and the train job
+
+        return benchmark_selfplay.main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():

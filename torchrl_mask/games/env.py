@@ -1,9 +1,12 @@
 """Turn-based PettingZoo games as TorchRL envs: one row per move, the mover's view under the policy's keys.
 
 :class:`TurnBasedEnv` wraps a PettingZoo AEC game (``connect_four_v3``, ``tictactoe_v3``, any classic game with an
-``"action_mask"`` in its observations). Each step is one move by the seat to move, and carries what a self-play
-rollout needs to split the game into one trajectory per seat
-(:func:`torchrl_mask.games.selfplay.seat_transitions`):
+``"action_mask"`` in its observations). ``TurnBasedEnv(game, n_games=N)`` holds ``N`` games side by side in one env
+of batch ``[N]``: one policy forward for all of them, each game stepping on the host, a finished game dealt afresh
+by TorchRL's partial reset (the ``"_reset"`` entry its collectors write where ``done``). Without ``n_games`` the
+env holds one game and its batch is ``()``. Each step is one move in each game by the seat to move there, and
+carries what a self-play rollout needs to split the games into one trajectory per seat
+(:func:`torchrl_mask.games.selfplay.seat_transitions`); per game:
 
 - ``"observation"``, ``"action_mask"`` (bool ``(n_actions,)``): the mover's own view and its legal moves, under the
   keys :class:`~torchrl_mask.MaskablePolicyModule` reads, so one shared policy plays every seat;
@@ -12,15 +15,17 @@ rollout needs to split the game into one trajectory per seat
   winner's move for both seats, +1 and -1); ``("next", "reward")`` ``(1,)`` is the mover's own;
 - ``("next", "done")``, ``("next", "terminated")``, ``("next", "truncated")`` ``(1,)``: the game ended (for every seat);
   ``"is_init"`` ``(1,)``: the step begins a game (as TorchRL's ``InitTracker`` writes it);
-- ``"learner_seat"``, ``"opponent"`` (int64, ``()``), with ``opponents > 0``: drawn at every reset, the seat the
-  learning policy plays in this game and which snapshot of the pool plays the others
+- ``"learner_seat"``, ``"opponent"`` (int64, ``()``), with ``opponents > 0``: drawn at every reset of the game, the
+  seat the learning policy plays in this game and which snapshot of the pool plays the others
   (:class:`~torchrl_mask.games.selfplay.SelfPlayPolicy` reads them).
+
+Each step's arrays are filled in numpy, game by game, and wrapped in one TensorDict.
 
 Why not TorchRL's ``PettingZooWrapper(use_mask=True)``: it keeps one observation, mask and action per seat group
 and needs an action for every group at every step, so the policy would need a transform to read the mover's group
 and write every group's action; and it deep-copies every agent's observation and info on every move. This adapter
 steps the AEC env itself, in its own few lines, with TorchRL's ``EnvBase`` doing specs, seeding and batching
-(``SerialEnv``, ``ParallelEnv``, ``MultiSyncCollector`` workers).
+(its own ``n_games``, or ``SerialEnv``, ``ParallelEnv``, ``MultiSyncCollector`` workers).
 
 Example:
     >>> env = TurnBasedEnv("tictactoe_v3")
@@ -31,6 +36,8 @@ Example:
     >>> td = env.step(td)
     >>> td["next", "seat"].item(), td["next", "action_mask"][4].item()
     (1, False)
+    >>> TurnBasedEnv("connect_four_v3", n_games=16).reset()["observation"].shape
+    torch.Size([16, 6, 7, 2])
 """
 
 from __future__ import annotations
@@ -86,11 +93,6 @@ def deal_seeds(seed: int) -> Iterator[int]:
     rng = np.random.default_rng(abs(seed))
     while True:
         yield int(rng.integers(SEED_RANGE))
-
-
-def _tensor(array: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A tensor of a game's array; chess flips black's view with ``np.flip`` (negative strides), so copy those."""
-    return torch.as_tensor(np.ascontiguousarray(array), dtype=dtype)
 
 
 def make_game(game: str | Any) -> Any:
@@ -155,30 +157,48 @@ def game_spaces(game: Any) -> tuple[spaces.Box, spaces.Discrete]:
 
 
 class TurnBasedEnv(EnvBase):
-    """A PettingZoo AEC game as a TorchRL env, one move per step, the mover's view as ``"observation"``.
+    """PettingZoo AEC games as a TorchRL env, one move per game and step, the mover's view as ``"observation"``.
 
-    The keys of each step are in the module's docstring. The game's end is ``done`` and ``terminated`` for the
-    step that ends it; TorchRL's collectors then reset it.
+    The keys of each step are in the module's docstring. A game's end is ``done`` and ``terminated`` for the
+    step that ends it; TorchRL's collectors then reset that game (``"_reset"``), the others play on.
 
-    :param game: an AEC env, or the name of a ``pettingzoo.classic`` game (see :func:`make_game`).
-    :param opponents: 0 for self-play (every seat is the learning policy); ``n > 0`` draws at every reset which
-        seat the learner plays (``"learner_seat"``) and which of ``n`` pool snapshots plays the others
+    :param game: an AEC env (then ``n_games`` must be None or 1), or the name of a ``pettingzoo.classic`` game
+        (see :func:`make_game`).
+    :param opponents: 0 for self-play (every seat is the learning policy); ``n > 0`` draws at every reset of a game
+        which seat the learner plays (``"learner_seat"``) and which of ``n`` pool snapshots plays the others
         (``"opponent"``).
-    :param device: the device of the TensorDicts (the game itself steps on the host).
-    :raises ValueError: a game without masked Dict observations, or whose actions are not Discrete.
-    :raises ValueError: an illegal move at :meth:`step` (the move is not played).
+    :param device: the device of the TensorDicts (the games themselves step on the host).
+    :param n_games: None: one game, batch ``()``; ``N``: ``N`` games, batch ``[N]``. Seeded with ``seed``, game
+        ``i`` deals as a one-game env seeded ``seed + i`` (:func:`deal_seeds`).
+    :raises ValueError: a game without masked Dict observations, or whose actions are not Discrete; ``n_games``
+        below 1, or above 1 with an env instance.
+    :raises ValueError: an illegal move at :meth:`step` (no game's move is played).
     """
 
-    batch_locked = False
-
-    def __init__(self, game: str | Any, opponents: int = 0, device: Any = "cpu") -> None:
-        super().__init__(device=device)
-        self.game = make_game(game)
+    def __init__(self, game: str | Any, opponents: int = 0, device: Any = "cpu", n_games: int | None = None) -> None:
+        if n_games is not None and (n_games < 1 or (n_games > 1 and not isinstance(game, str))):
+            raise ValueError(
+                f"n_games={n_games} with {type(game).__name__}: give n_games >= 1, and the game's name (e.g. "
+                "'connect_four_v3') for more than one game, so that each game gets its own env."
+            )
+        super().__init__(device=device, batch_size=() if n_games is None else (n_games,))
+        self.games = [make_game(game) for _ in range(n_games or 1)]
+        self.game = self.games[0]
+        self._states = [game.unwrapped for game in self.games]  # the games' own state, read past the wrappers
         self.seats: list[str] = list(self.game.possible_agents)
         self.opponents = opponents
         observation_space, action_space = game_spaces(self.game)
         self.observation_space, self.action_space = observation_space, action_space
-        n_seats, n_actions = len(self.seats), int(action_space.n)
+        self._specs(observation_space, len(self.seats), int(action_space.n))
+        self._deals: list[Iterator[int]] | None = None
+        self._rng = np.random.default_rng()
+        n = len(self.games)
+        self._masks = np.zeros((n, int(action_space.n)), dtype=bool)  # each game's legal moves now
+        self._draws = np.zeros((n, 2), dtype=np.int64)  # each game's (learner seat, opponent)
+        self._seat_index = {seat: index for index, seat in enumerate(self.seats)}
+
+    def _specs(self, observation_space: spaces.Box, n_seats: int, n_actions: int) -> None:
+        """The observation, action, reward and done specs of one game, expanded to the env's batch."""
         low, high = (torch.as_tensor(bound) for bound in (observation_space.low, observation_space.high))
         dtype = torch.as_tensor(np.zeros((), observation_space.dtype)).dtype
         bounded = bool(torch.isfinite(low.double()).all() and torch.isfinite(high.double()).all())  # hanabi: ±inf
@@ -192,67 +212,98 @@ class TurnBasedEnv(EnvBase):
             SEAT_REWARD: Unbounded((n_seats,), dtype=torch.float32),
             "is_init": Categorical(2, (1,), dtype=torch.bool),  # what TorchRL's InitTracker writes
         }
-        if opponents > 0:
+        if self.opponents > 0:
             entries[LEARNER_SEAT] = Categorical(n_seats, shape=(), dtype=torch.int64)
-            entries[OPPONENT] = Categorical(opponents, shape=(), dtype=torch.int64)
-        self.observation_spec = Composite(entries)
-        self.action_spec = Categorical(n_actions, shape=(), dtype=torch.int64)
-        self.reward_spec = Unbounded((1,), dtype=torch.float32)
-        self.done_spec = Composite({key: Categorical(2, (1,), dtype=torch.bool) for key in _DONE_KEYS})
-        self._deals: Iterator[int] | None = None
-        self._rng = np.random.default_rng()
-        self._draw = torch.zeros(2, dtype=torch.int64)
+            entries[OPPONENT] = Categorical(self.opponents, shape=(), dtype=torch.int64)
+        batch = self.batch_size
+        self.observation_spec = Composite(entries).expand(batch)
+        self.action_spec = Categorical(n_actions, shape=batch, dtype=torch.int64)
+        self.reward_spec = Unbounded((*batch, 1), dtype=torch.float32)
+        self.done_spec = Composite({key: Categorical(2, (*batch, 1), dtype=torch.bool) for key in _DONE_KEYS},
+                                   shape=batch)  # fmt: skip
 
     def _set_seed(self, seed: int | None) -> None:
-        self._deals = None if seed is None else deal_seeds(seed)
+        self._deals = None if seed is None else [deal_seeds(seed + index) for index in range(len(self.games))]
         self._rng = np.random.default_rng(seed)
 
-    def _view(self, rewards: list[float] | None = None) -> TensorDict:
-        """The step's entries for the seat to move now (and, after a move, every seat's reward)."""
-        game = self.game
-        mover = game.agent_selection
-        observation = game.observe(mover)
-        td = TensorDict(
-            {
-                "observation": _tensor(observation["observation"]),
-                "action_mask": _tensor(observation["action_mask"], dtype=torch.bool),
-                SEAT: torch.tensor(self.seats.index(mover)),
-                SEAT_REWARD: torch.tensor(rewards or [0.0] * len(self.seats), dtype=torch.float32),
-                "is_init": torch.tensor([rewards is None]),
-            },
-            device=self.device,
-        )
+    def _arrays(self, n: int) -> dict[str, np.ndarray]:
+        """Fresh arrays for ``n`` games' step entries (fresh: a rollout may keep the step before)."""
+        view, n_seats = self.observation_space, len(self.seats)
+        arrays = {
+            "observation": np.empty((n, *view.shape), dtype=view.dtype),
+            "action_mask": np.empty((n, self._masks.shape[1]), dtype=bool),
+            SEAT: np.empty(n, dtype=np.int64),
+            SEAT_REWARD: np.zeros((n, n_seats), dtype=np.float32),
+            "is_init": np.zeros((n, 1), dtype=bool),
+        }
+        return arrays
+
+    def _observe(self, index: int, arrays: dict[str, np.ndarray]) -> None:
+        """Write game ``index``'s mover, view and legal moves into row ``index`` of ``arrays`` (and its legal moves
+        into those :meth:`_step` checks)."""
+        mover = self._states[index].agent_selection
+        observation = self.games[index].observe(mover)
+        arrays["observation"][index] = observation["observation"]  # a copy: chess flips black's view (np.flip)
+        arrays["action_mask"][index] = observation["action_mask"]
+        arrays[SEAT][index] = self._seat_index[mover]
+        self._masks[index] = arrays["action_mask"][index]
+
+    def _wrap(self, arrays: dict[str, np.ndarray], draws: np.ndarray) -> TensorDict:
+        """The arrays as one TensorDict of the env's batch (rows beyond one game's are reshaped away)."""
         if self.opponents > 0:
-            td.set(LEARNER_SEAT, self._draw[0].clone())
-            td.set(OPPONENT, self._draw[1].clone())
-        return td
+            arrays[LEARNER_SEAT], arrays[OPPONENT] = draws[:, 0].copy(), draws[:, 1].copy()
+        batch = self.batch_size
+        tensors = {key: torch.from_numpy(array).reshape((*batch, *array.shape[1:])) for key, array in arrays.items()}
+        return TensorDict(tensors, batch_size=batch, device=self.device)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
-        self.game.reset(seed=None if self._deals is None else next(self._deals))  # each game its own seed
-        if self.opponents > 0:
-            self._draw = torch.tensor([self._rng.integers(len(self.seats)), self._rng.integers(self.opponents)])
-        td = self._view()
-        done = torch.zeros(1, dtype=torch.bool, device=self.device)
-        td.update({"done": done, "terminated": done.clone(), "truncated": done.clone()})
-        return td
+        reset = None if tensordict is None else tensordict.get("_reset", None)
+        n = len(self.games)
+        chosen = range(n) if reset is None else np.flatnonzero(reset.reshape(n).cpu().numpy()).tolist()
+        arrays = self._arrays(n)
+        arrays["is_init"][:] = True
+        for index in chosen:  # each game dealt with its own seed
+            self.games[index].reset(seed=None if self._deals is None else next(self._deals[index]))
+            if self.opponents > 0:
+                self._draws[index] = (self._rng.integers(len(self.seats)), self._rng.integers(self.opponents))
+            self._observe(index, arrays)
+        # games not reset: rows left as they are (TorchRL keeps those games' entries from the tensordict)
+        arrays.update({key: np.zeros((n, 1), dtype=bool) for key in _DONE_KEYS})
+        return self._wrap(arrays, self._draws)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        game = self.game
-        mover = game.agent_selection
-        action = int(tensordict.get("action").reshape(()))
-        mask = np.asarray(game.observe(mover)["action_mask"], dtype=bool)
-        if not 0 <= action < len(mask) or not mask[action]:
-            raise ValueError(
-                f"Illegal move {action} by {mover} (legal: {np.flatnonzero(mask).tolist()}): the policy must draw "
-                "under the step's 'action_mask' (MaskablePolicyModule or SelfPlayPolicy does)."
-            )
-        game.step(action)
-        rewards = [float(game.rewards[seat]) for seat in self.seats]
-        terminated = all(game.terminations[seat] for seat in self.seats)
-        truncated = not terminated and all(game.truncations[seat] for seat in self.seats)
-        td = self._view(rewards)
-        td.set("reward", torch.tensor([rewards[self.seats.index(mover)]], dtype=torch.float32))
-        td.set("terminated", torch.tensor([terminated]))
-        td.set("truncated", torch.tensor([truncated]))
-        td.set("done", torch.tensor([terminated or truncated]))
-        return td
+        actions = tensordict.get("action").reshape(-1).tolist()
+        for index, action in enumerate(actions):  # all checked before any game moves
+            mask = self._masks[index]
+            if not 0 <= action < len(mask) or not mask[action]:
+                mover = self.games[index].agent_selection
+                raise ValueError(
+                    f"Illegal move {action} by {mover} (legal: {np.flatnonzero(mask).tolist()}) in game {index}: the "
+                    "policy must draw under the step's 'action_mask' (MaskablePolicyModule or SelfPlayPolicy does)."
+                )
+        n, seats, index_of = len(self.games), self.seats, self._seat_index
+        arrays = self._arrays(n)
+        observations, masks = arrays["observation"], self._masks
+        # per game: the seat that moved, every seat's reward, (terminated, truncated)
+        movers: list[int] = []
+        rewards: list[list[float]] = []
+        finished: list[tuple[bool, bool]] = []
+        for index, (game, state, action) in enumerate(zip(self.games, self._states, actions, strict=True)):
+            movers.append(index_of[state.agent_selection])
+            game.step(action)
+            rewards.append([state.rewards[seat] for seat in seats])
+            finished.append((all(state.terminations.values()), all(state.truncations.values())))
+            mover = state.agent_selection
+            observation = game.observe(mover)
+            observations[index] = observation["observation"]  # a copy: chess flips black's view (np.flip)
+            masks[index] = observation["action_mask"]
+            arrays[SEAT][index] = index_of[mover]
+        arrays["action_mask"] = masks.copy()
+        arrays[SEAT_REWARD] = np.asarray(rewards, dtype=np.float32).reshape(n, len(seats))
+        ends = np.asarray(finished, dtype=bool).reshape(n, 2)
+        terminated = ends[:, :1].copy()
+        truncated = ends[:, 1:] & ~terminated
+        reward = np.take_along_axis(arrays[SEAT_REWARD], np.asarray(movers).reshape(n, 1), axis=1)
+        arrays.update({"reward": reward, "terminated": terminated, "truncated": truncated,
+                       "done": terminated | truncated})  # fmt: skip
+        return self._wrap(arrays, self._draws)

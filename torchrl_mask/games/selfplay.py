@@ -205,44 +205,83 @@ def seat_transitions(
         )
     values = batch.get(st.VALUE)[..., 0].cpu().numpy()
     keep = np.ones_like(done) if trained is None else trained.cpu().numpy()
-    n_envs, steps = seat.shape
-    columns: dict[str, list[Any]] = {name: [] for name in ("row", "t", "reward", "next_value", "done", "terminal")}
-    episodes: dict[int, tuple[float, int]] = {}
-    for env in range(n_envs):
-        for s in range(rewards.shape[-1]):
-            moves = np.flatnonzero(seat[env] == s)
-            returns, length, first = 0.0, 0, len(columns["t"])
-            for k, t in enumerate(moves):
-                stop = moves[k + 1] if k + 1 < len(moves) else steps
-                ends = np.flatnonzero(done[env, t:stop])
-                end = t + ends[0] if len(ends) else None
-                if end is not None:
-                    reward, next_value, is_done = float(rewards[env, t : end + 1, s].sum()), 0.0, True
-                elif k + 1 < len(moves):
-                    reward, next_value, is_done = float(rewards[env, t:stop, s].sum()), float(values[env, stop]), False
-                elif next_seat[env] == s:  # the seat moves right after the batch: truncated, bootstrapped
-                    reward, next_value, is_done = float(rewards[env, t:, s].sum()), float(last_values[env]), True
-                else:  # its outcome is not in the batch yet
-                    continue
-                returns, length = returns + reward, length + 1
-                if keep[env, t]:
-                    entry = (env, t, reward, next_value, is_done, end is not None)
-                    for name, value in zip(columns, entry, strict=True):
-                        columns[name].append(value)
-                    if end is not None:
-                        episodes[len(columns["t"]) - 1] = (returns, length)
-                if end is not None:
-                    returns, length = 0.0, 0
-            if len(columns["t"]) > first:  # the seat's trajectory ends here in this batch: truncated if not over
-                columns["done"][-1] = True
+    env, t, reward, next_value, is_done, terminal = _seat_moves(seat, next_seat, rewards, done, values, last_values)
+    order = np.lexsort((t, seat[env, t], env))  # env by env, seat by seat, each in time order
+    env, t, reward, next_value, is_done, terminal = (a[order] for a in (env, t, reward, next_value, is_done, terminal))
+    group = env * rewards.shape[-1] + seat[env, t]
+    returns, length = _episode_totals(group, reward, terminal)
+    kept = keep[env, t].astype(bool)
+    env, t, reward, next_value, is_done, terminal, returns, length, group = (
+        a[kept] for a in (env, t, reward, next_value, is_done, terminal, returns, length, group)
+    )
+    is_done[np.flatnonzero(np.diff(group, append=-1))] = True  # a seat's trajectory ends in this batch: cut
+    columns = {"row": env, "t": t, "reward": reward, "next_value": next_value, "done": is_done, "terminal": terminal}
+    episodes = {int(i): (float(returns[i]), int(length[i])) for i in np.flatnonzero(terminal)}
     return _gather(batch, columns, episodes)
 
 
-def _gather(batch: TensorDictBase, columns: dict[str, list[Any]], episodes: dict[int, tuple[float, int]]) -> TensorDict:
+def _seat_moves(
+    seat: np.ndarray,
+    next_seat: np.ndarray,
+    rewards: np.ndarray,
+    done: np.ndarray,
+    values: np.ndarray,
+    last_values: torch.Tensor,
+) -> tuple[np.ndarray, ...]:
+    """Every move's transition for its own seat, over the whole batch at once (see the module for the rules).
+
+    :param seat: the mover, ``(n_envs, T)``; ``next_seat``: the seat to move after each row's last move,
+        ``(n_envs,)``; ``rewards``: every seat's reward of each move, ``(n_envs, T, n_seats)``; ``done``: bool
+        ``(n_envs, T)``; ``values``: ``V`` of each move, ``(n_envs, T)``; ``last_values``: ``(n_envs,)``.
+    :return: the moves that have a transition (a seat's last move whose outcome is not in the batch has none):
+        their env, time, reward, next value, done and terminated, each ``(M,)``, in time order env by env.
+    """
+    n_envs, steps = seat.shape
+    times = np.broadcast_to(np.arange(steps), seat.shape)
+    # the seat's next move after t (or T): a running minimum from the right of the seat's move times
+    later = np.full(seat.shape, steps)
+    for s in range(rewards.shape[-1]):
+        moves = np.where(seat == s, times, steps)
+        after = np.minimum.accumulate(moves[:, ::-1], axis=1)[:, ::-1]
+        later = np.where(seat == s, np.concatenate([after[:, 1:], np.full((n_envs, 1), steps)], axis=1), later)
+    first_end = np.minimum.accumulate(np.where(done, times, steps)[:, ::-1], axis=1)[:, ::-1]  # first done >= t
+    ends = first_end < later
+    has_next = ~ends & (later < steps)
+    cut = ~ends & ~has_next & (next_seat[:, None] == seat)  # moves right after the batch: truncated, bootstrapped
+    env, t = np.nonzero(ends | has_next | cut)
+    mover, last = seat[env, t], np.where(ends, first_end, later - 1)[env, t]
+    # the seat's rewards from its move to the game's end, or to the move before its next turn (or the batch's end)
+    running = np.cumsum(rewards, axis=1, dtype=np.float64)
+    reward = running[env, last, mover] - running[env, t, mover] + rewards[env, t, mover]
+    bootstrap = np.asarray(last_values, dtype=np.float64).reshape(-1)[env]
+    following = values[env, np.minimum(later[env, t], steps - 1)].astype(np.float64)
+    next_value = np.where(ends[env, t], 0.0, np.where(has_next[env, t], following, bootstrap))
+    return env, t, reward, next_value, ends[env, t] | cut[env, t], ends[env, t].copy()
+
+
+def _episode_totals(group: np.ndarray, reward: np.ndarray, terminal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each game's return and move count for its seat, up to each move: a running sum along each seat's
+    trajectory (``group``, contiguous), restarted after the game's end.
+
+    :return: the return and count at each move, ``(M,)`` (read where the move ends a game).
+    """
+    if not len(group):
+        return np.zeros(0), np.zeros(0, np.int64)
+    starts = np.ones(len(group), dtype=bool)
+    starts[1:] = (group[1:] != group[:-1]) | terminal[:-1]
+    segment = np.cumsum(starts) - 1
+    sums, first = np.cumsum(reward), np.flatnonzero(starts)
+    offset = np.concatenate([[0.0], sums])[first][segment]
+    return sums - offset, np.arange(len(group)) - first[segment] + 1
+
+
+def _gather(
+    batch: TensorDictBase, columns: dict[str, np.ndarray], episodes: dict[int, tuple[float, int]]
+) -> TensorDict:
     """The chosen moves' entries and their per-seat reward, next value, done and terminated, as ``(N,)``."""
-    rows, times = torch.tensor(columns["row"], dtype=torch.long), torch.tensor(columns["t"], dtype=torch.long)
+    rows, times = torch.from_numpy(columns["row"]), torch.from_numpy(columns["t"])
     n = len(times)
-    done = torch.tensor(columns["done"], dtype=torch.bool).reshape(n, 1)
+    done = torch.from_numpy(columns["done"]).reshape(n, 1)
     out = TensorDict({key: batch.get(key)[rows, times].cpu() for key in (st.OBSERVATION, *_STEP_KEYS)}, [n])
     is_init = torch.ones(n, 1, dtype=torch.bool)
     is_init[1:] = done[:-1]
@@ -254,7 +293,7 @@ def _gather(batch: TensorDictBase, columns: dict[str, list[Any]], episodes: dict
             st.NEXT_REWARD: torch.tensor(columns["reward"], dtype=torch.float32).reshape(n, 1),
             st.NEXT_VALUE: torch.tensor(columns["next_value"], dtype=torch.float32).reshape(n, 1),
             st.NEXT_DONE: done,
-            st.NEXT_TERMINATED: torch.tensor(columns["terminal"], dtype=torch.bool).reshape(n, 1),
+            st.NEXT_TERMINATED: torch.from_numpy(columns["terminal"]).reshape(n, 1),
             st.IS_INIT: is_init,
             EPISODE_REWARD: episode_reward,
             STEP_COUNT: step_count,

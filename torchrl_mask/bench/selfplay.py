@@ -1,0 +1,220 @@
+"""Self-play speed: collection and whole training runs, against the game's own random play, in moves a second.
+
+``torchrl-mask bench selfplay`` measures, for each game (``--games``, by default Connect Four and tic-tac-toe):
+
+- **PettingZoo's own random play**: the game's AEC loop (``agent_iter``, ``last``, a uniformly random legal move,
+  ``step``), the bound a self-play collector that plays the game itself cannot beat;
+- **collection**: a TorchRL ``Collector`` over one :class:`~torchrl_mask.TurnBasedEnv` of the train job's
+  ``n_envs`` games, running :class:`~torchrl_mask.SelfPlayPolicy` over an untrained model of the game's default
+  network (the train job's collector, :mod:`torchrl_mask.app.selfplay_training`), ``--batches`` batches of
+  ``n_envs * n_steps`` moves after one batch of warm-up;
+- **whole run**: the CLI's ``train --env pettingzoo:<game>`` with the game's defaults, in this process, for
+  ``--timesteps`` moves (a tenth of the game's default run unless given), evaluated as densely as the default run
+  is (an evaluation point every tenth of the default run's moves, final games in proportion): moves trained on
+  divided by the wall time of the whole job (model, collection, training, evaluation, files).
+
+Each round measures all three, one after the other, and divides the two speeds by that round's random play;
+the report gives the median of the per-round ratios with the worst and best beside it, so that machine load
+hits a ratio's two sides alike. Goals of issue 33: collection at least 0.7x the game's own random play, a whole
+run at least 0.4x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+GAMES = ("connect_four_v3", "tictactoe_v3")
+GOALS = {"collection": 0.7, "run": 0.4}
+
+
+@dataclass
+class GameSpeeds:
+    """One game's measurements, a value per round.
+
+    :param game: the PettingZoo classic game.
+    :param random_play: PettingZoo's own random play, moves a second.
+    :param collection: the self-play collector, moves a second.
+    :param run: the whole train job, moves trained on a second.
+    """
+
+    game: str
+    random_play: list[float] = field(default_factory=list)
+    collection: list[float] = field(default_factory=list)
+    run: list[float] = field(default_factory=list)
+
+    def ratios(self, what: str) -> list[float]:
+        """Per-round ratios of ``what`` (``"collection"`` or ``"run"``) to that round's random play."""
+        return [value / base for value, base in zip(getattr(self, what), self.random_play, strict=True)]
+
+
+def random_play(game: str, moves: int, seed: int) -> float:
+    """PettingZoo's own random play: moves a second over at least ``moves`` moves (whole games).
+
+    :param game: a PettingZoo classic game.
+    :param moves: moves to play.
+    :param seed: seeds the deals and the moves.
+    :return: moves a second.
+    """
+    from torchrl_mask.games.env import make_game
+
+    env, rng, played = make_game(game), np.random.default_rng(seed), 0
+    start = time.perf_counter()
+    while played < moves:
+        env.reset(seed=int(rng.integers(2**31)))
+        for _ in env.agent_iter():
+            observation, _, terminated, truncated, _ = env.last()
+            if terminated or truncated:
+                env.step(None)
+                continue
+            env.step(int(rng.choice(np.flatnonzero(observation["action_mask"]))))
+            played += 1
+    return played / (time.perf_counter() - start)
+
+
+def collection(game: str, batches: int, seed: int) -> float:
+    """The train job's self-play collector: moves a second over ``batches`` batches after one of warm-up.
+
+    :param game: a PettingZoo classic game.
+    :param batches: batches timed.
+    :param seed: seeds the games and the policy.
+    :return: moves a second.
+    """
+    from torchrl.collectors import Collector
+
+    from torchrl_mask import MaskablePPO, SeatEnv, SelfPlayPolicy, TurnBasedEnv
+    from torchrl_mask.app.config import game_hyperparams
+
+    defaults = game_hyperparams(f"pettingzoo:{game}")
+    model = MaskablePPO("MlpPolicy", SeatEnv(game), policy_kwargs=defaults.get("policy_kwargs"), seed=seed)
+    games = TurnBasedEnv(game, n_games=defaults["n_envs"])
+    games.set_seed(seed)
+    frames = defaults["n_envs"] * defaults["n_steps"]
+    collector = Collector(games, SelfPlayPolicy(model.policy), frames_per_batch=frames, total_frames=-1)
+    try:
+        stream = iter(collector)
+        next(stream)
+        start = time.perf_counter()
+        for _ in range(batches):
+            next(stream)
+        return batches * frames / (time.perf_counter() - start)
+    finally:
+        collector.shutdown()
+
+
+def whole_run(game: str, timesteps: int | None, seed: int) -> float:
+    """The CLI's train job at the game's defaults, in this process: moves trained on a second of its wall time.
+
+    :param game: a PettingZoo classic game.
+    :param timesteps: moves to train on; None: a tenth of the game's default run.
+    :param seed: the run's ``--seed``.
+    :return: moves trained on a second.
+    :raises RuntimeError: the train job failed (its output is in the message).
+    """
+    # the job's modules and the learning curve's matplotlib are imported before the clock: a default run pays its
+    # imports once, and this run is a tenth of one
+    import matplotlib.pyplot  # noqa: F401
+
+    from torchrl_mask import MaskablePPO
+    from torchrl_mask.app import run, selfplay_training  # noqa: F401
+    from torchrl_mask.app.cli import main
+    from torchrl_mask.app.config import TrainConfig, game_hyperparams
+    from torchrl_mask.games.evaluation import EVAL_POINTS
+
+    default = int(game_hyperparams(f"pettingzoo:{game}")["n_timesteps"])
+    moves = timesteps or default // 10
+    episodes = max(1, round(TrainConfig.eval_episodes * moves / default))
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "run"
+        argv = ["train", "--env", f"pettingzoo:{game}", "-n", str(moves), "--seed", str(seed), "--eval-freq",
+                str(default // EVAL_POINTS), "--eval-episodes", str(episodes), "--out", str(out), "--no-progress",
+                "--verbose", "0"]  # fmt: skip
+        printed = io.StringIO()
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            status = main(argv)
+        seconds = time.perf_counter() - start
+        if status != 0:
+            raise RuntimeError(f"torchrl-mask {' '.join(argv)} exited {status}: {printed.getvalue()[-2000:]}")
+        trained = MaskablePPO.load(out / "model.zip", device="cpu").num_timesteps
+    return trained / seconds
+
+
+def render(results: list[GameSpeeds], command: str, rounds: int) -> str:
+    """The report: one row per game, moves a second and the median ratio (worst, best) of each speed."""
+
+    def cell(speeds: GameSpeeds, what: str) -> str:
+        ratios = speeds.ratios(what)
+        return (
+            f"{statistics.median(getattr(speeds, what)):,.0f} | {statistics.median(ratios):.2f}x "
+            f"({min(ratios):.2f}x-{max(ratios):.2f}x)"
+        )
+
+    lines = [
+        f"`{command}`, {rounds} round(s); ratios to the same round's random play: median (worst-best); goals "
+        f"collection >= {GOALS['collection']}x, whole run >= {GOALS['run']}x.",
+        "",
+        "| game | random play, moves/s | collection, moves/s | collection ratio | whole run, moves trained/s "
+        "| whole-run ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    for speeds in results:
+        random_moves = statistics.median(speeds.random_play)
+        lines.append(f"| {speeds.game} | {random_moves:,.0f} | {cell(speeds, 'collection')} | {cell(speeds, 'run')} |")
+    return "\n".join(lines)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="torchrl-mask bench selfplay",
+        description="Self-play collection and whole train runs, in moves a second, against PettingZoo's own "
+        "random play of the same game (paired rounds).",
+    )
+    parser.add_argument("--games", nargs="+", default=list(GAMES), help="PettingZoo classic games")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; ratios are medians over them")
+    parser.add_argument("--random-moves", type=int, default=20_000, help="moves of random play per round")
+    parser.add_argument("--batches", type=int, default=8, help="collector batches timed per round")
+    parser.add_argument(
+        "--timesteps", type=int, default=None, help="moves of each whole run (default: a tenth of the game's)"
+    )
+    parser.add_argument("--no-run", action="store_true", help="skip the whole runs (collection only)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if min(args.rounds, args.random_moves, args.batches, args.timesteps or 1) < 1:
+        parser.error("--rounds, --random-moves, --batches and --timesteps must be at least 1.")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure and print the report (see the module).
+
+    :param argv: the arguments after ``bench selfplay`` (``--help`` lists them); None reads ``sys.argv``.
+    :return: process exit code.
+    """
+    args = _parse(argv)
+    torch.set_num_threads(1)  # the train job's default --threads
+    results = [GameSpeeds(game) for game in args.games]
+    for round_index in range(args.rounds):
+        seed = args.seed + round_index
+        for speeds in results:
+            speeds.random_play.append(random_play(speeds.game, args.random_moves, seed))
+            speeds.collection.append(collection(speeds.game, args.batches, seed))
+            speeds.run.append(float("nan") if args.no_run else whole_run(speeds.game, args.timesteps, seed))
+            print(
+                f"[{round_index + 1}/{args.rounds}] {speeds.game}: random play {speeds.random_play[-1]:,.0f}, "
+                f"collection {speeds.collection[-1]:,.0f}, whole run {speeds.run[-1]:,.0f} moves/s",
+                flush=True,
+            )
+    command = "torchrl-mask bench selfplay " + " ".join(argv if argv is not None else [])
+    print()
+    print(render(results, command.strip(), args.rounds))
+    return 0
