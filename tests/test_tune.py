@@ -31,6 +31,7 @@ from torchrl_mask.app.hyperparams import check_hyperparams, check_minibatches
 from torchrl_mask.app.masked_env import make_masked_env
 from torchrl_mask.app.tune import trial_value
 from torchrl_mask.app.tune_outputs import conf_text
+from torchrl_mask.games.evaluation import ladder_score
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = "tune_envs:PickLegal-v0"
@@ -126,7 +127,8 @@ BAD_INPUT = {
         "leaves a last minibatch of one row",
     ),
     "more_evaluations_than_steps": (["--n-evaluations", "300"], "more evaluations than steps per env"),
-    "game": (["--env", "pettingzoo:tictactoe_v3"], "tune searches gymnasium envs only for now"),
+    "unmasked_game": (["--env", "pettingzoo:rps_v2"], "without an action mask"),
+    "recurrent_game": (["--env", "pettingzoo:tictactoe_v3", "--algo", "ppo_lstm_mask"], "self-play trains MaskablePPO"),
     "unknown_env": (["--env", "NoSuchEnv-v0"], "cannot make env 'NoSuchEnv-v0'"),
 }
 
@@ -297,3 +299,25 @@ def test_optuna_dashboard_serves_the_study_as_a_web_page_a_browser_renders(
         server.terminate()
         server.wait(timeout=30)
     assert f"ppo_mask-{ENV}" in page.stdout  # rendered by the page's script from the study: not in the HTML served
+
+
+@pytest.mark.slow
+def test_a_game_is_tuned_by_its_ladder_score_and_its_best_trial_retrains_to_it(tmp_path: Path) -> None:
+    # Self-play trials on tic-tac-toe, each scored against the game's whole ladder (random, one-ply, perfect) by
+    # the evaluation `train` writes; the best trial, retrained by the YAML's own command, scores the same.
+    study_dir = tmp_path / "study"
+    tune = run_cli("tune", "--env", "pettingzoo:tictactoe_v3", "--n-trials", "2", "-n", "1024", "--n-evaluations",
+                   "1", "--eval-episodes", "4", "--hyperparams", "n_envs=2", "--no-progress", "--out",
+                   str(study_dir), cwd=tmp_path)  # fmt: skip
+    assert tune.returncode == 0, tune.stderr
+    study = load(f"sqlite:///{study_dir / 'study.db'}", "ppo_mask-pettingzoo:tictactoe_v3")
+    assert [trial.state for trial in study.trials] == [optuna.trial.TrialState.COMPLETE] * 2
+    assert all(-1.0 <= trial.value <= 1.0 for trial in study.trials)  # mean win - loss over three opponents
+    command = (study_dir / "best_hyperparams.yml").read_text().splitlines()[1].split("Retrain it: ")[1]
+    args = [*command.split()[1:], "--out", "retrained", "--no-progress"]
+    args[args.index("best_hyperparams.yml")] = "study/best_hyperparams.yml"
+    run = run_cli(*args, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    evaluation = json.loads((tmp_path / "retrained" / "evaluation.json").read_text())
+    assert evaluation["illegal_moves"] == 0
+    assert ladder_score(evaluation) == study.best_trial.value

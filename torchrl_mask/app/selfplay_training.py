@@ -37,7 +37,7 @@ from torchrl_mask.games.network import with_extractor_classes
 from torchrl_mask.games.seat_env import SeatEnv
 from torchrl_mask.games.selfplay import SelfPlayPolicy
 
-__all__ = ["SelfPlayResult", "check_game", "plot_win_rates", "train"]
+__all__ = ["SelfPlayResult", "build_collector", "build_model", "check_game", "plot_win_rates", "train"]
 
 
 @dataclass
@@ -59,7 +59,16 @@ class SelfPlayResult:
     files: list[str]
 
 
-def _collector(config: TrainConfig, model: MaskablePPO, game: str, pool_size: int) -> BaseCollector:
+def build_collector(config: TrainConfig, model: MaskablePPO, game: str, pool_size: int) -> BaseCollector:
+    """The run's TorchRL collector: one :class:`~torchrl_mask.TurnBasedEnv` of ``n_envs`` games in this process,
+    or ``n_envs`` worker processes (``collector="multisync"``), running :class:`~torchrl_mask.SelfPlayPolicy`.
+
+    :param config: the run (``n_envs``, ``collector``, ``threads``, ``seed``).
+    :param model: the model that learns.
+    :param game: the game's name.
+    :param pool_size: snapshots of past weights the learner plays against (0: pure self-play).
+    :return: a collector of ``n_envs * n_steps`` moves a batch, never ending by itself.
+    """
     makers = [partial(TurnBasedEnv, game, pool_size)] * config.n_envs
     policy = SelfPlayPolicy(model.policy, pool_size=pool_size)
     frames = config.n_envs * model.n_steps
@@ -74,8 +83,15 @@ def _collector(config: TrainConfig, model: MaskablePPO, game: str, pool_size: in
     return Collector(games, policy, frames_per_batch=frames, total_frames=-1)
 
 
-def _model(config: TrainConfig, game: str, device: str) -> MaskablePPO:
-    """A new model, or the ``-i`` model with the run's hyperparameters applied (its policy kept)."""
+def build_model(config: TrainConfig, game: str, device: str) -> MaskablePPO:
+    """A new model, or the ``-i`` model with the run's hyperparameters applied (its policy kept), built on one seat
+    of the game (:class:`~torchrl_mask.SeatEnv`) for its spaces.
+
+    :param config: the run (``hyperparams``, ``seed``, ``trained_agent``, ...).
+    :param game: the game's name.
+    :param device: the torch device.
+    :return: the model.
+    """
     policy = config.hyperparams.get("policy", "MlpPolicy")
     hyperparams = {key: value for key, value in config.hyperparams.items() if key not in ("policy", "pool_size")}
     kwargs = model_kwargs(hyperparams, policy)
@@ -132,7 +148,7 @@ def _pool_note(model: MaskablePPO, pool_size: int) -> None:
 
 def _learn(config: TrainConfig, model: MaskablePPO, out: Path, game: str, rates: WinRates) -> None:
     """Train; save the model however training ends (an interrupt, or anything that raises), then say so."""
-    collector = _collector(config, model, game, config.pool_size)
+    collector = build_collector(config, model, game, config.pool_size)
     try:  # learn() shuts the collector and its workers down, also on an interrupt or an error
         model.learn(config.n_timesteps, [rates, *checkpoints(config, out)], progress_bar=config.progress_bar,
                     collector=collector, reset_num_timesteps=config.trained_agent is None)  # fmt: skip
@@ -181,7 +197,7 @@ def train(config: TrainConfig) -> SelfPlayResult:
     out, device, game = _check(config)
     torch.set_num_threads(config.threads)
     with run_folder.claim(out, config.overwrite):
-        model = _model(config, game, device)
+        model = build_model(config, game, device)
         _pool_note(model, config.pool_size)
         every = config.eval_freq or config.n_timesteps // EVAL_POINTS
         games = min(EVAL_POINT_GAMES, config.eval_episodes)

@@ -40,11 +40,13 @@ from sqlalchemy.exc import DBAPIError
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 
-from torchrl_mask.app import results, run_folder, search_spaces, tune_args, tune_outputs
-from torchrl_mask.app.config import TrainConfig, UsageError, check_minibatches
+from torchrl_mask.app import results, run_folder, search_spaces, selfplay_training, tune_args, tune_outputs
+from torchrl_mask.app.config import GAME_PREFIX, TrainConfig, UsageError, check_minibatches
 from torchrl_mask.app.masked_env import make_masked_env, one_line
+from torchrl_mask.app.results import EVAL_SEED_OFFSET
 from torchrl_mask.app.training import ALGORITHMS, _policy, model_kwargs, quiet_logger
 from torchrl_mask.app.tune_args import JOURNAL_SUFFIX, TuneConfig, check_tune_config, storage_url
+from torchrl_mask.games.evaluation import evaluate_ladder, ladder_score
 
 __all__ = [
     "TrialDiverged",
@@ -147,18 +149,59 @@ def run_trial(config: TuneConfig, trial: optuna.Trial) -> float:
     rest = train_config.hyperparams
     check_minibatches(rest.get("n_steps", 2048), config.n_envs, rest.get("batch_size", 64),
                       rest.get("normalize_advantage", True))  # fmt: skip
-    evaluate = partial(_evaluate, config.env_id, config.eval_episodes, seed)
-    env = make_vec_env(make_masked_env, n_envs=config.n_envs, seed=seed, env_kwargs={"env_id": config.env_id})
-    try:
-        model = _model(train_config, env)
-        eval_freq = max(config.n_timesteps // config.n_evaluations // config.n_envs, 1)
+    eval_freq = max(config.n_timesteps // config.n_evaluations // config.n_envs, 1)
+    if config.env_id.startswith(GAME_PREFIX):
+        evaluate = partial(_evaluate_game, config.env_id, config.eval_episodes, seed)
         callback = TrialEvalCallback(trial, evaluate, eval_freq)
-        model.learn(config.n_timesteps, callback)
-    finally:
-        env.close()
+        model = _learn_game(train_config, callback)
+    else:
+        evaluate = partial(_evaluate, config.env_id, config.eval_episodes, seed)
+        callback = TrialEvalCallback(trial, evaluate, eval_freq)
+        model = _learn(train_config, callback)
     if callback.pruned:
         raise optuna.TrialPruned(f"pruned after {callback.evaluations} evaluation(s)")
     return evaluate(model)
+
+
+def _learn(train_config: TrainConfig, callback: BaseCallback) -> Any:
+    """A gymnasium trial's training: ``n_envs`` masked envs, as ``train`` makes them."""
+    env_id, n_envs, seed = train_config.env_id, train_config.n_envs, train_config.seed
+    env = make_vec_env(make_masked_env, n_envs=n_envs, seed=seed, env_kwargs={"env_id": env_id})
+    try:
+        model = _model(train_config, env)
+        model.learn(train_config.n_timesteps, callback)
+    finally:
+        env.close()
+    return model
+
+
+def _learn_game(train_config: TrainConfig, callback: BaseCallback) -> Any:
+    """A ``pettingzoo:<game>`` trial's training: self-play, as ``train`` runs it (the collector in this process)."""
+    game = train_config.env_id.removeprefix(GAME_PREFIX)
+    model = selfplay_training.build_model(train_config, game, "cpu")
+    collector = selfplay_training.build_collector(train_config, model, game, pool_size=0)
+    return model.learn(train_config.n_timesteps, callback, collector=collector)
+
+
+def game_value(env_id: str, episodes: int, seed: int, model: Any) -> float:
+    """A game trial's score: the model against its game's whole ladder, as one number
+    (:func:`~torchrl_mask.games.evaluation.ladder_score`: mean ``win - loss`` over the opponents, or chips, or
+    the shared score), from the same evaluation ``train`` writes to ``evaluation.json``.
+
+    :param env_id: ``"pettingzoo:<game>"``.
+    :param episodes: games per opponent.
+    :param seed: the trial's seed.
+    :param model: the trained model.
+    :return: the score.
+    """
+    return ladder_score(evaluate_ladder(model, env_id.removeprefix(GAME_PREFIX), episodes, seed + EVAL_SEED_OFFSET))
+
+
+def _evaluate_game(env_id: str, episodes: int, seed: int, model: Any) -> float:
+    value = game_value(env_id, episodes, seed, model)
+    if not math.isfinite(value):
+        raise TrialDiverged(f"ladder score {value}: the parameters diverged")
+    return value
 
 
 def _evaluate(env_id: str, episodes: int, seed: int, model: Any) -> float:
@@ -240,6 +283,8 @@ class TuneResult:
 def _prepare(config: TuneConfig) -> Path:
     """Every check, in the order a user fixes them: the configuration, the env and the fixed part's policy."""
     out = check_tune_config(config)
+    if config.env_id.startswith(GAME_PREFIX):  # the game was checked; its trials build their model as train does
+        return out
     env = make_masked_env(config.env_id)  # an unknown id or an env without masks: refused here
     try:
         train_config = _train_config(config, config.fixed, config.seed)
@@ -312,7 +357,8 @@ def run_tune(config: TuneConfig) -> int:
     print(f"\nStudy {config.name()!r}: {len(finished)} trials ({', '.join(f'{n} {s}' for s, n in counts.items())}).")
     best = tune_outputs.best_trial(result.study)
     if best is not None:
-        print(f"Best: trial {best.number}, masked mean return {best.value:g}, seed {best.user_attrs['seed']}.")
+        value = f"{tune_outputs.value_name(config.env_id)} {best.value:g}"
+        print(f"Best: trial {best.number}, {value}, seed {best.user_attrs['seed']}.")
     for note in result.notes:
         print(f"  {note}")
     print(f"Saved to {result.out}/: " + ", ".join(result.files))

@@ -33,6 +33,7 @@ from torchrl_mask.app.config import (
     check_minibatches,
     load_conf_file,
 )
+from torchrl_mask.app.game_config import game_hyperparams
 
 __all__ = ["PRUNERS", "SAMPLERS", "TuneConfig", "add_tune_parser", "check_tune_config", "storage_url", "tune_config"]
 
@@ -165,8 +166,9 @@ def add_tune_parser(commands: Any) -> argparse.ArgumentParser:
 def _fixed_part(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     """The file's entry (n_envs 1 if it gives none, as ``train``), or the built-in n_envs; ``--hyperparams`` over
     it; and the env steps per trial."""
-    if args.conf_file is None:
-        fixed: dict[str, Any] = {"n_envs": DEFAULT_HYPERPARAMS["n_envs"]}
+    if args.conf_file is None:  # a game's trials play as many games side by side as its train defaults
+        defaults = game_hyperparams(args.env) if args.env.startswith(GAME_PREFIX) else DEFAULT_HYPERPARAMS
+        fixed: dict[str, Any] = {"n_envs": defaults["n_envs"]}
     else:
         fixed = {"n_envs": 1, **load_conf_file(args.conf_file, args.env)}
     fixed.update(check_hyperparams(dict(args.hyperparams), "--hyperparams"))
@@ -192,6 +194,20 @@ def tune_config(args: argparse.Namespace) -> TuneConfig:
     )  # fmt: skip
     check_tune_config(config)
     return config
+
+
+def _check_game(config: TuneConfig) -> None:
+    """A ``pettingzoo:<game>`` self-play can train (its rules installed, masked and turn-based), with MaskablePPO."""
+    if config.algo != "ppo_mask":
+        raise UsageError(
+            f"--algo {config.algo} with --env {config.env_id}: self-play trains MaskablePPO only; use --algo ppo_mask."
+        )
+    from torchrl_mask.games.env import game_spaces, make_game  # PettingZoo, no torch
+
+    try:
+        game_spaces(make_game(config.env_id))
+    except (ImportError, ValueError) as err:
+        raise UsageError(f"--env {config.env_id}: {' '.join(str(err).split())}") from None
 
 
 def _check_storage(storage: str) -> None:
@@ -220,20 +236,18 @@ def _check_storage(storage: str) -> None:
 
 
 def check_tune_config(config: TuneConfig) -> Path:
-    """Every check that needs no torch, in the order a user fixes them; nothing is written.
+    """Every check before a trial runs, in the order a user fixes them; nothing is written.
 
     :param config: the configuration.
     :return: the output folder.
-    :raises UsageError: a ``pettingzoo:`` env, a fixed rollout that leaves a one-row minibatch, more evaluations
-        than a trial has rollouts' worth of steps, a bad storage, or an output folder that is in use or not empty.
+    :raises UsageError: a ``pettingzoo:`` game self-play cannot train (or with ``ppo_lstm_mask``), a fixed
+        rollout that leaves a one-row minibatch, more evaluations than a trial has rollouts' worth of steps, a bad
+        storage, or an output folder that is in use or not empty.
     """
     if importlib.util.find_spec("optuna") is None:
         raise UsageError("torchrl-mask tune needs Optuna: pip install 'torchrl-mask[tune]'.")
     if config.env_id.startswith(GAME_PREFIX):
-        raise UsageError(
-            f"--env {config.env_id}: tune searches gymnasium envs only for now (self-play games are not tuned "
-            "yet); pass a gymnasium id, or train the game with `torchrl-mask train`."
-        )
+        _check_game(config)
     fixed = config.fixed
     if "n_steps" in fixed and "batch_size" in fixed:
         check_minibatches(fixed["n_steps"], config.n_envs, fixed["batch_size"], fixed.get("normalize_advantage", True))

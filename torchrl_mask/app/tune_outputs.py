@@ -26,6 +26,7 @@ __all__ = [
     "conf_text",
     "literal_text",
     "write_outputs",
+    "value_name",
     "write_plots",
 ]
 
@@ -65,6 +66,15 @@ def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
         return None
 
 
+def value_name(env_id: str) -> str:
+    """What a trial's value is: a game's ladder score (``pettingzoo:<game>``), else the masked mean return.
+
+    :param env_id: the env tuned.
+    :return: the name, for the outputs.
+    """
+    return "ladder score" if env_id.startswith("pettingzoo:") else "masked mean return"
+
+
 def conf_text(
     env_id: str, n_timesteps: int, trial: optuna.trial.FrozenTrial, eval_episodes: int, algo: str = "ppo_mask"
 ) -> str:
@@ -84,7 +94,8 @@ def conf_text(
         ordered["policy_kwargs"] = literal_text(ordered["policy_kwargs"])
     seed = trial.user_attrs["seed"]
     header = (
-        f"# Best trial {trial.number}: masked mean return {trial.value:g} over {eval_episodes} episodes, seed {seed}.\n"
+        f"# Best trial {trial.number}: {value_name(env_id)} {trial.value:g} over {eval_episodes} episodes, "
+        f"seed {seed}.\n"
         f"# Retrain it: torchrl-mask train --env {env_id}{'' if algo == 'ppo_mask' else ' --algo ' + algo} "
         f"--conf-file {BEST_YAML} --seed {seed} "
         f"--eval-episodes {eval_episodes}\n"

@@ -42,6 +42,7 @@ __all__ = [
     "WinRates",
     "evaluate_games",
     "evaluate_ladder",
+    "ladder_score",
     "model_player",
     "play_games",
 ]
@@ -204,6 +205,25 @@ def evaluate_ladder(model: BaseAlgorithm | Player, game: str, games: int, seed: 
         out[f"vs_{opponent}"] = evaluate_games(model, game, opponent, games, seed)
     out["illegal_moves"] = sum(out[f"vs_{opponent}"]["illegal_moves"] for opponent in board.opponents)
     return out
+
+
+def ladder_score(result: dict[str, Any]) -> float:
+    """One number for a whole ladder, higher is better: the mean over its opponents of ``win - loss`` (win rates),
+    or of the mean return (chips, score). ``torchrl-mask tune`` maximises it for a game.
+
+    :param result: :func:`evaluate_ladder`'s dict.
+    :return: the score, in ``[-1, 1]`` for win rates, in the game's unit otherwise.
+
+    Example:
+        >>> ladder_score({"metric": "win_rate", "vs_random": {"win": 0.9, "loss": 0.1},
+        ...               "vs_heuristic": {"win": 0.2, "loss": 0.6}})
+        0.2
+    """
+    values = []
+    for key, entry in result.items():
+        if key.startswith("vs_") and "skipped" not in entry:
+            values.append(entry["win"] - entry["loss"] if result["metric"] == "win_rate" else entry["mean"])
+    return round(float(np.mean(values)), 12)
 
 
 def point_values(result: dict[str, Any]) -> dict[str, float]:
