@@ -25,8 +25,8 @@ __all__ = [
     "best_trial",
     "conf_text",
     "literal_text",
-    "write_outputs",
     "value_name",
+    "write_outputs",
     "write_plots",
 ]
 

@@ -92,10 +92,12 @@ def collection(game: str, batches: int, seed: int) -> float:
     from torchrl.collectors import Collector
 
     from torchrl_mask import MaskablePPO, SeatEnv, SelfPlayPolicy, TurnBasedEnv
-    from torchrl_mask.app.config import game_hyperparams
+    from torchrl_mask.app.game_config import game_hyperparams
+    from torchrl_mask.games.network import with_extractor_classes
 
     defaults = game_hyperparams(f"pettingzoo:{game}")
-    model = MaskablePPO("MlpPolicy", SeatEnv(game), policy_kwargs=defaults.get("policy_kwargs"), seed=seed)
+    policy_kwargs = with_extractor_classes(defaults.get("policy_kwargs", {}))  # the board network, as train makes it
+    model = MaskablePPO("MlpPolicy", SeatEnv(game), policy_kwargs=policy_kwargs, seed=seed)
     games = TurnBasedEnv(game, n_games=defaults["n_envs"])
     games.set_seed(seed)
     frames = defaults["n_envs"] * defaults["n_steps"]
