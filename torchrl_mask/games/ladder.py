@@ -1,4 +1,4 @@
-"""The evaluation ladder of each game: which fixed players a trained model meets, and what is measured.
+"""The evaluation ladder of each game: which fixed players a trained model meets, and what each game counts.
 
 One table, :data:`LADDERS`, read by :mod:`torchrl_mask.games.evaluation` (the final evaluation and the
 :class:`~torchrl_mask.games.evaluation.WinRates` callback during training):
