@@ -9,14 +9,8 @@
 #   usage: scripts/sb3_contrib_recurrent_tests.sh [pytest arguments]   (from the repository root, with .venv set up)
 #   e.g.   scripts/sb3_contrib_recurrent_tests.sh -m "not slow"        (leaves out the 50,000-step performance test)
 set -euo pipefail
-PY="${PY:-.venv/bin/python}"
-PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"
-version="$("$PY" -c 'import sb3_contrib; print(sb3_contrib.__version__)')"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-"$PY" -m pip download --quiet --no-deps --no-binary :all: --dest "$work" "sb3-contrib==$version"
-tar -xzf "$work"/sb3_contrib-"$version".tar.gz -C "$work"
-tests="$work/sb3_contrib-$version/tests"
+# shellcheck source=scripts/sb3_contrib_sdist.sh
+source "$(dirname "$0")/sb3_contrib_sdist.sh"  # sets PY and tests (the unpacked sdist's tests folder)
 cat > "$tests/conftest.py" <<'PY'
 import sb3_contrib
 import sb3_contrib.ppo_recurrent
