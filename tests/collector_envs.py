@@ -222,3 +222,10 @@ class CueRecall(gym.Env):
 
 
 gym.register("CueRecall-v0", entry_point=CueRecall)  # for the CLI: --env collector_envs:CueRecall-v0
+
+
+def recurrent_cue_recall_env(primer: Any, n_envs: int) -> Any:
+    """A worker's batched env for an LSTM policy: ``n_envs`` CueRecall envs in one SerialEnv, each carrying the
+    states (``primer``, the policy module's ``make_tensordict_primer()``) and ``"is_init"``."""
+    torch.set_num_threads(1)
+    return SerialEnv(n_envs, lambda: masked_gym_env(CueRecall()).append_transform(primer.clone()))

@@ -47,7 +47,7 @@ sb3-contrib's buffer has once ``get`` ran (and ``RecurrentPPO.train`` reads): en
 from __future__ import annotations
 
 import numbers
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -56,7 +56,7 @@ from gymnasium import spaces
 from sb3_contrib.common.recurrent.buffers import RecurrentDictRolloutBuffer, RecurrentRolloutBuffer
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.buffers import BaseBuffer
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
 from torchrl_mask.rollout import storage as st
@@ -284,6 +284,59 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
             )
         self._rollout.bootstrap(last_values, dones)
         self._rollout.advantage(self.gamma, self.gae_lambda, "loop", truncations=False)
+
+    def extend(
+        self,
+        batch: TensorDictBase,
+        observation_keys: Sequence[NestedKey] | None = None,
+        reward_key: NestedKey = st.NEXT_REWARD,
+        episode_starts: torch.Tensor | np.ndarray | None = None,
+    ) -> None:
+        """Fill the whole rollout from one TorchRL collector batch and compute GAE, as
+        :meth:`torchrl_mask.MaskableRolloutBuffer.extend` does (a truncated step bootstraps from
+        ``("next", "state_value")``), with the LSTM states each step started from.
+
+        :param batch: a collector batch ``(n_envs, buffer_size)`` (or flat env-major) with the keys
+            :mod:`torchrl_mask.rollout.batches` lists and the states under :data:`STATE_KEYS`, each
+            ``(*B, n_lstm_layers, lstm_hidden_size)``, as
+            :class:`~torchrl_mask.torchrl.recurrent_policy.MaskableRecurrentPolicyModule` reads them.
+        :param observation_keys: the batch key of each observation leaf; None: the default keys.
+        :param reward_key: where the reward is, ``(*B, 1)``.
+        :param episode_starts: whether each env's first step begins an episode, ``(n_envs,)``; used only when the
+            batch has no ``"is_init"``.
+        :raises RuntimeError: the buffer already holds steps (call ``reset()`` first).
+        :raises ValueError: as ``MaskableRolloutBuffer.extend``, or a state missing or of the wrong shape. Nothing
+            is written on any error.
+        """
+        if self.pos != 0 or self.full:
+            raise RuntimeError(
+                f"extend() fills a whole rollout, but the buffer already holds {self.pos} steps per env. "
+                "Call reset() first."
+            )
+        states = [self._batch_state(batch, key) for key in STATE_KEYS]
+        keys = {"observation_keys": observation_keys, "reward_key": reward_key, "episode_starts": episode_starts}
+        self._rollout.write_batch(batch, check_masks=True, check_values=True, **keys)
+        for key, state in zip(STATE_KEYS, states, strict=True):
+            self.tensordict.get(key).copy_(state.reshape(self.tensordict.get(key).shape))
+        self._rollout.advantage(self.gamma, self.gae_lambda, "loop", truncations=True)
+        self.pos, self.full = self.buffer_size, True
+
+    def _batch_state(self, batch: TensorDictBase, key: NestedKey) -> torch.Tensor:
+        """The batch's state leaf ``key``, or a ValueError naming what is wrong with it."""
+        _, layers, _, hidden = self.hidden_state_shape
+        state = batch.get(key, None)
+        if state is None:
+            raise ValueError(
+                f"The batch has no {key!r} entry: the LSTM states each step started from are kept with the rollout. "
+                "Collect with MaskableRecurrentPolicyModule(model.policy) and append its make_tensordict_primer() "
+                "to the env."
+            )
+        if tuple(state.shape) != (*batch.batch_size, layers, hidden):
+            raise ValueError(
+                f"The batch's {key!r} has shape {tuple(state.shape)}, expected (*{tuple(batch.batch_size)}, "
+                f"n_lstm_layers={layers}, lstm_hidden_size={hidden}): collect with the model's own policy module."
+            )
+        return state
 
     def get(self, batch_size: int | None = None) -> Generator[Any, None, None]:
         """sb3-contrib's minibatches of whole sequences, with their masks (the same ones under one numpy seed).
