@@ -13,6 +13,7 @@ import pytest
 import torch
 from collector_envs import (
     SMALL,
+    CollectedByTheLearnersLSTM,
     CueRecall,
     invalid_discrete_env,
     invalid_discrete_env_gym,
@@ -108,18 +109,22 @@ def test_a_truncated_episode_bootstraps_from_the_critic_state_after_its_last_ste
 
 @pytest.mark.slow
 def test_the_memory_task_is_learned_through_multisync_collector_workers_that_get_the_weights() -> None:
+    """CueRecall with one step between the cue and the answer (a coin flip without memory): two workers of four envs
+    each collect with the weights just trained and carry the states (every stored log-prob is the learner's)."""
     from test_recurrent import success_rate
 
     model = MaskableRecurrentPPO(
-        "MlpLstmPolicy", make_vec_env(CueRecall, n_envs=8, seed=0), n_steps=16, batch_size=64, n_epochs=4,
-        learning_rate=1e-3, seed=0, policy_kwargs={"lstm_hidden_size": 16, "net_arch": [16]},
+        "MlpLstmPolicy", make_vec_env(CueRecall, n_envs=8, env_kwargs={"delay": 1}), n_steps=16, batch_size=64,
+        n_epochs=4, learning_rate=3e-3, seed=0, policy_kwargs={"lstm_hidden_size": 16, "net_arch": [16]},
     )  # fmt: skip
     module = MaskableRecurrentPolicyModule(model.policy)
-    make_env = functools.partial(recurrent_cue_recall_env, module.make_tensordict_primer(), 4)
+    make_env = functools.partial(recurrent_cue_recall_env, module.make_tensordict_primer(), 4, delay=1)
     collector = MultiSyncCollector([make_env] * 2, module, frames_per_batch=8 * 16)
-    model.learn(12000, collector=collector)
+    check = CollectedByTheLearnersLSTM()
+    model.learn(2048, callback=check, collector=collector)
     assert model.rollout_buffer.tensordict.batch_size == (8, 16)
-    assert success_rate(model, seed=100) >= 0.9
+    check.check(rollouts=16)
+    assert success_rate(model, seed=100, delay=1) >= 0.9
     assert worker_children() == []
 
 
