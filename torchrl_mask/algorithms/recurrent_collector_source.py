@@ -6,8 +6,9 @@ loop; each rollout is one collector batch, read by :class:`RecurrentCollectorRol
 once per collected step, the collector shut down at the end) with the LSTM states:
 
 1. the collector runs :class:`~torchrl_mask.torchrl.recurrent_policy.MaskableRecurrentPolicyModule` over
-   ``model.policy``, and its envs carry the states (the module's ``make_tensordict_primer()``) and ``"is_init"``
-   (TorchRL's ``InitTracker``, which :func:`~torchrl_mask.masked_gym_env` appends); each batch is checked for both;
+   ``model.policy``, and its envs carry the states (the module's ``make_tensordict_primer()``, or the collector's
+   ``auto_register_policy_transforms=True``, with which TorchRL appends it) and ``"is_init"`` (TorchRL's
+   ``InitTracker``, which :func:`~torchrl_mask.masked_gym_env` appends); each batch is checked for both;
 2. ``("next", "state_value")`` is ``V`` of the next observation from the critic's LSTM state after the step, as
    ``RecurrentPPO`` bootstraps (the module's ``add_next_state_value``);
 3. :meth:`~torchrl_mask.rollout.recurrent_buffers.MaskableRecurrentRolloutBuffer.extend` keeps each step's states,
@@ -61,8 +62,6 @@ class RecurrentCollectorRollout(CollectorRollout):
     :class:`~torchrl_mask.torchrl.recurrent_policy.MaskableRecurrentPolicyModule` over ``model.policy``; refuses
     what it refuses (``use_masking=False``, off-policy or shut-down collectors).
 
-    :param args: ``CollectorRollout``'s arguments.
-    :param kwargs: the same, by name.
     :raises TypeError: the collector's policy is not a ``MaskableRecurrentPolicyModule``, or the model's rollout
         buffer cannot be masked (a ``Box`` action space).
     :raises ValueError: the module is over another policy than the model's.
@@ -149,5 +148,6 @@ def check_states_carried(batch: TensorDictBase) -> None:
             raise ValueError(
                 f"The collector did not carry the LSTM state {key!r} from one step to the next: the env's specs lack "
                 "it. Append the module's primer to each env: env.append_transform(module.make_tensordict_primer()) "
-                "for module = MaskableRecurrentPolicyModule(model.policy)."
+                "for module = MaskableRecurrentPolicyModule(model.policy), or create the collector with "
+                "auto_register_policy_transforms=True (TorchRL then appends it)."
             )

@@ -9,7 +9,15 @@ collectors move to the root for the next step (``step_mdp``). The state keys are
 (:mod:`torchrl_mask.rollout.recurrent_buffers`), one level per network, as TorchRL's ``LSTMModule`` names its
 ``"recurrent_state_h"`` and ``"recurrent_state_c"``; each is ``(*B, n_lstm_layers, lstm_hidden_size)``. The env
 needs the module's :meth:`~MaskableRecurrentPolicyModule.make_tensordict_primer` (so that the states are in its
-specs and the collector carries them) and an ``InitTracker``, as for ``LSTMModule``.
+specs and the collector carries them; a collector created with ``auto_register_policy_transforms=True`` appends it)
+and an ``InitTracker``, as for ``LSTMModule``.
+
+``MaskableRecurrentPPO.learn(collector=...)`` reads such a collector's batches
+(:mod:`torchrl_mask.algorithms.recurrent_collector_source`): :meth:`~MaskableRecurrentPolicyModule.add_next_state_value`
+bootstraps them from the critic's state after the step, and worker processes receive the policy as they receive
+:class:`~torchrl_mask.MaskablePolicyModule`'s (without its optimizer; new weights through
+``collector.update_policy_weights_()``). ``MaskablePolicyModule`` refuses the LSTM policy, naming this module: a
+module that silently dropped the states would collect from a fresh state at every step.
 """
 
 from __future__ import annotations
