@@ -25,7 +25,7 @@ from torchrl.collectors import Collector, MultiSyncCollector
 from torchrl.envs import SerialEnv
 
 from torchrl_mask import MaskablePolicyModule, MaskablePPO, MaskableRecurrentPPO, masked_gym_env
-from torchrl_mask.rollout.recurrent_buffers import STATE_KEYS
+from torchrl_mask.rollout.recurrent_buffers import STATE_KEYS, MaskableRecurrentRolloutBuffer
 from torchrl_mask.torchrl.recurrent_policy import MaskableRecurrentPolicyModule
 
 N_ENVS, N_STEPS, SEED = 2, 16, 3
@@ -86,9 +86,8 @@ def test_an_in_process_collector_seeded_as_the_vecenv_path_learns_its_parameters
         assert not getattr(our_buffer, name)[~going_on].any(), name
 
 
-def test_a_truncated_episode_bootstraps_from_the_critic_state_after_its_last_step() -> None:
-    """CueRecall cut by a time limit of 2 steps: every episode is truncated, inside the batch and at its end."""
-    model = recurrent_model()
+def truncated_batch(model: MaskableRecurrentPPO) -> Any:
+    """Seven steps of CueRecall cut by a time limit of 2 steps: truncations inside the batch, ``(1, 7)``."""
     module = MaskableRecurrentPolicyModule(model.policy)
     env = masked_gym_env(gym.wrappers.TimeLimit(CueRecall(), 2)).append_transform(module.make_tensordict_primer())
     collector = Collector(env, module, frames_per_batch=7, total_frames=7)
@@ -96,7 +95,12 @@ def test_a_truncated_episode_bootstraps_from_the_critic_state_after_its_last_ste
         batch = next(iter(collector)).unsqueeze(0)
     finally:
         collector.shutdown()
-    module.add_next_state_value(batch)
+    return module.add_next_state_value(batch)
+
+
+def test_a_truncated_episode_bootstraps_from_the_critic_state_after_its_last_step() -> None:
+    model = recurrent_model()
+    batch = truncated_batch(model)
     truncated = batch["next", "truncated"][0, :, 0]
     assert truncated.sum() == 3 and not batch["next", "terminated"].any()
     for t in [*np.flatnonzero(truncated.numpy()), 6]:  # each truncation and the batch's last step
@@ -105,6 +109,21 @@ def test_a_truncated_episode_bootstraps_from_the_critic_state_after_its_last_ste
         assert torch.equal(batch["next", "state_value"][0, t], expected[0]), t
     inside = ~truncated[:-1]
     assert torch.equal(batch["next", "state_value"][0, :-1][inside], batch["state_value"][0, 1:][inside])
+
+
+def test_extend_keeps_the_batchs_states_and_refuses_a_batch_without_them_writing_nothing() -> None:
+    model = recurrent_model()
+    batch = truncated_batch(model)
+    hidden_state_shape = (7, 1, 1, LSTM["lstm_hidden_size"])
+    buffer = MaskableRecurrentRolloutBuffer(7, model.observation_space, model.action_space, hidden_state_shape, "cpu")
+    before = buffer.tensordict.clone()
+    with pytest.raises(ValueError, match=r"no \('recurrent_state', 'critic', 'cell'\) entry.*make_tensordict_primer"):
+        buffer.extend(batch.exclude(STATE_KEYS[3]))
+    with pytest.raises(ValueError, match=r"has shape \(1, 7, 1, 4\), expected"):
+        buffer.extend(batch.set(STATE_KEYS[0], batch[STATE_KEYS[0]][..., :4]))
+    assert (buffer.tensordict == before).all() and buffer.pos == 0
+    buffer.extend(truncated_batch(model))
+    assert buffer.full and buffer.tensordict[STATE_KEYS[0]].abs().sum() > 0
 
 
 @pytest.mark.slow

@@ -60,6 +60,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
 from torchrl_mask.rollout import storage as st
+from torchrl_mask.rollout.batches import batch_states
 from torchrl_mask.rollout.masks import mask_spec
 from torchrl_mask.rollout.sb3_arrays import FlatArray, SB3Array, to_numpy
 from torchrl_mask.rollout.sequences import (
@@ -313,30 +314,14 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
                 f"extend() fills a whole rollout, but the buffer already holds {self.pos} steps per env. "
                 "Call reset() first."
             )
-        states = [self._batch_state(batch, key) for key in STATE_KEYS]
+        _, layers, _, hidden = self.hidden_state_shape
+        states = batch_states(batch, STATE_KEYS, (layers, hidden))
         keys = {"observation_keys": observation_keys, "reward_key": reward_key, "episode_starts": episode_starts}
         self._rollout.write_batch(batch, check_masks=True, check_values=True, **keys)
         for key, state in zip(STATE_KEYS, states, strict=True):
             self.tensordict.get(key).copy_(state.reshape(self.tensordict.get(key).shape))
         self._rollout.advantage(self.gamma, self.gae_lambda, "loop", truncations=True)
         self.pos, self.full = self.buffer_size, True
-
-    def _batch_state(self, batch: TensorDictBase, key: NestedKey) -> torch.Tensor:
-        """The batch's state leaf ``key``, or a ValueError naming what is wrong with it."""
-        _, layers, _, hidden = self.hidden_state_shape
-        state = batch.get(key, None)
-        if state is None:
-            raise ValueError(
-                f"The batch has no {key!r} entry: the LSTM states each step started from are kept with the rollout. "
-                "Collect with MaskableRecurrentPolicyModule(model.policy) and append its make_tensordict_primer() "
-                "to the env."
-            )
-        if tuple(state.shape) != (*batch.batch_size, layers, hidden):
-            raise ValueError(
-                f"The batch's {key!r} has shape {tuple(state.shape)}, expected (*{tuple(batch.batch_size)}, "
-                f"n_lstm_layers={layers}, lstm_hidden_size={hidden}): collect with the model's own policy module."
-            )
-        return state
 
     def get(self, batch_size: int | None = None) -> Generator[Any, None, None]:
         """sb3-contrib's minibatches of whole sequences, with their masks (the same ones under one numpy seed).
