@@ -1,9 +1,10 @@
-"""Random rollouts fed identically to sb3-contrib's buffers and ours."""
+"""Shared by the tests: random rollouts fed identically to sb3-contrib's buffers and ours, and small envs."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -125,3 +126,23 @@ def assert_same_epochs(ref, ours, batch_size, seed: int, epochs: int = 2) -> int
     for ref_batch, our_batch in zip(ref_batches, our_batches, strict=True):
         assert_same_samples(ref_batch, our_batch)
     return len(ref_batches)
+
+
+class MaskInObservation(gym.Wrapper):
+    """InvalidActionEnvDiscrete whose mask is also a Dict observation entry, as PettingZoo's games give it."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        n = int(env.action_space.n)
+        self.observation_space = spaces.Dict({"obs": env.observation_space, "action_mask": spaces.MultiBinary(n)})
+
+    def _with_mask(self, obs: Any) -> dict[str, Any]:
+        return {"obs": obs, "action_mask": np.asarray(self.env.unwrapped.action_masks(), dtype=np.int8)}
+
+    def reset(self, **kwargs: Any) -> tuple[dict[str, Any], dict]:
+        obs, info = self.env.reset(**kwargs)
+        return self._with_mask(obs), info
+
+    def step(self, action: Any) -> tuple[dict[str, Any], Any, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._with_mask(obs), reward, terminated, truncated, info

@@ -214,6 +214,13 @@ def test_an_evaluation_that_raises_is_reported_and_the_model_is_saved_first(tmp_
     assert (out / "learning_curve.png").is_file() and not (out / LOCK).exists()
 
 
+def _ignores_sigint(pid: int) -> bool:
+    """Whether process ``pid`` ignores SIGINT (Linux: the ``SigIgn`` mask of ``/proc/<pid>/status``)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    ignored = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
+    return bool(ignored >> (signal.SIGINT - 1) & 1)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("signum", "collector", "code", "group"),
@@ -238,6 +245,9 @@ def test_an_interrupted_training_saves_its_model_and_leaves_no_process(
         if "total_timesteps" in line:
             break
     children = psutil.Process(proc.pid).children(recursive=True)
+    if collector == "multisync":  # the learner alone handles Ctrl-C; its workers ignore it and end at its shutdown
+        workers = [child for child in children if "spawn_main" in " ".join(child.cmdline())]
+        assert len(workers) == 2 and all(_ignores_sigint(worker.pid) for worker in workers)
     if group:
         os.killpg(proc.pid, signum)
     else:

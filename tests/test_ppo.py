@@ -22,6 +22,7 @@ import sb3_contrib
 import torch
 from gymnasium import spaces
 from gymnasium.wrappers import TimeLimit
+from helpers import MaskInObservation
 from sb3_contrib.common.envs import (
     InvalidActionEnvDiscrete,
     InvalidActionEnvMultiBinary,
@@ -398,26 +399,6 @@ def test_predict_refuses_masks_add_refuses_and_writes_nothing() -> None:
                          (np.ones(5, bool), "shape")]:  # fmt: skip
         with pytest.raises(ValueError, match=message):
             model.predict(obs, action_masks=bad)
-
-
-class MaskInObservation(gym.Wrapper):
-    """InvalidActionEnvDiscrete with its mask as a Dict observation entry, as PettingZoo's games give it."""
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        self.observation_space = spaces.Dict({"obs": env.observation_space,
-                                              "action_mask": spaces.MultiBinary(int(env.action_space.n))})  # fmt: skip
-
-    def _with_mask(self, obs: Any) -> dict[str, Any]:
-        return {"obs": obs, "action_mask": np.asarray(self.env.unwrapped.action_masks(), dtype=np.int8)}
-
-    def reset(self, **kwargs: Any) -> tuple[dict[str, Any], dict]:
-        obs, info = self.env.reset(**kwargs)
-        return self._with_mask(obs), info
-
-    def step(self, action: Any) -> tuple[dict[str, Any], Any, bool, bool, dict]:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        return self._with_mask(obs), reward, terminated, truncated, info
 
 
 def test_predict_without_masks_reads_the_dict_observations_mask_entry() -> None:

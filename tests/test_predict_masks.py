@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
+from helpers import MaskInObservation
 from sb3_contrib.common.envs import InvalidActionEnvDiscrete, InvalidActionEnvMultiDiscrete
 from stable_baselines3.common.env_util import make_vec_env
 
@@ -26,26 +27,6 @@ MODELS = {
 def model_on(name: str, env: Any, dict_obs: bool = False) -> Any:
     cls, mlp, multi, kwargs = MODELS[name]
     return cls(multi if dict_obs else mlp, env, n_steps=16, batch_size=16, seed=0, policy_kwargs=kwargs)
-
-
-class MaskInObservation(gym.Wrapper):
-    """InvalidActionEnvDiscrete whose mask is also a Dict observation entry, as PettingZoo's games give it."""
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        n = int(env.action_space.n)
-        self.observation_space = spaces.Dict({"obs": env.observation_space, "action_mask": spaces.MultiBinary(n)})
-
-    def _with_mask(self, obs: Any) -> dict[str, Any]:
-        return {"obs": obs, "action_mask": np.asarray(self.env.unwrapped.action_masks(), dtype=np.int8)}
-
-    def reset(self, **kwargs: Any) -> tuple[dict[str, Any], dict]:
-        obs, info = self.env.reset(**kwargs)
-        return self._with_mask(obs), info
-
-    def step(self, action: Any) -> tuple[dict[str, Any], Any, bool, bool, dict]:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        return self._with_mask(obs), reward, terminated, truncated, info
 
 
 class MaskInInfo(gym.Env):

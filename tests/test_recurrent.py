@@ -242,10 +242,10 @@ def success_rate(model: Any, seed: int, n_envs: int = 8, rounds: int = 25, delay
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("seed", range(2))
 def test_a_memory_task_gated_by_masks_is_learned_with_the_lstm_and_not_without(seed: int) -> None:
     # Measured at these settings: success 1.0 for seeds 0-19 with the LSTM, 0.45-0.52 without (lr 3e-3 and 8000
-    # steps failed one seed in ten).
+    # steps failed one seed in ten). Two seeds here, to keep the suite's time.
     kwargs = {"n_steps": 16, "batch_size": 64, "n_epochs": 4, "learning_rate": 1e-3, "seed": seed}
     env = make_vec_env(CueRecall, n_envs=8, seed=seed)
     recurrent = MaskableRecurrentPPO(

