@@ -140,7 +140,7 @@ def batch_states(batch: TensorDictBase, keys: Sequence[NestedKey], state_shape: 
     """The LSTM states each step of a collector batch started from, checked (the recurrent buffers' ``extend``).
 
     :param batch: the collector batch, batch dims ``B``.
-    :param keys: the state keys (:data:`torchrl_mask.rollout.recurrent_buffers.STATE_KEYS`).
+    :param keys: the state keys (``STATE_KEYS`` of :mod:`torchrl_mask.rollout.recurrent_buffers`).
     :param state_shape: ``(n_lstm_layers, lstm_hidden_size)``.
     :return: one tensor per key, ``(*B, *state_shape)``, as in the batch.
     :raises ValueError: a state missing, or of another shape; the message names the key and the fix.
