@@ -13,6 +13,7 @@ import psutil
 import torch
 from gymnasium import spaces
 from sb3_contrib.common.envs import InvalidActionEnvDiscrete
+from stable_baselines3.common.callbacks import BaseCallback
 from torchrl.envs import Compose, InitTracker, RenameTransform, SerialEnv, TransformedEnv
 from torchrl.envs.custom import TicTacToeEnv
 
@@ -222,3 +223,40 @@ class CueRecall(gym.Env):
 
 
 gym.register("CueRecall-v0", entry_point=CueRecall)  # for the CLI: --env collector_envs:CueRecall-v0
+
+
+def recurrent_cue_recall_env(primer: Any, n_envs: int, delay: int = 2) -> Any:
+    """A worker's batched env for an LSTM policy: ``n_envs`` ``CueRecall(delay)`` envs in one SerialEnv, each
+    carrying the states (``primer``, the policy module's ``make_tensordict_primer()``) and ``"is_init"``."""
+    torch.set_num_threads(1)
+    return SerialEnv(n_envs, lambda: masked_gym_env(CueRecall(delay)).append_transform(primer.clone()))
+
+
+class CollectedByTheLearnersLSTM(BaseCallback):
+    """At each rollout's end: every stored log-prob is the learner's LSTM policy's, evaluated over the rollout's
+    sequences from the stored states (the weights just trained reached the workers, and the workers carried the
+    states); and the policy changed since the last rollout (there was something to send)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.max_error: list[float] = []
+        self.params: list[torch.Tensor] = []
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        samples = next(self.model.rollout_buffer.get(batch_size=None))
+        with torch.no_grad():
+            _, log_prob, _ = self.model.policy.evaluate_actions(
+                samples.observations, samples.actions.long().flatten(), samples.lstm_states, samples.episode_starts,
+                action_masks=samples.action_masks.bool(),
+            )  # fmt: skip
+        valid = samples.mask.bool()
+        self.max_error.append(float((log_prob - samples.old_log_prob)[valid].abs().max()))
+        self.params.append(torch.nn.utils.parameters_to_vector(self.model.policy.parameters()).detach().clone())
+
+    def check(self, rollouts: int) -> None:
+        assert len(self.max_error) >= rollouts
+        assert max(self.max_error) < 1e-4, f"collected with stale weights or states: log-prob errors {self.max_error}"
+        assert all(not torch.equal(a, b) for a, b in zip(self.params, self.params[1:], strict=False))

@@ -104,7 +104,7 @@ BAD_INPUT = {
 BAD_INPUT |= {
     "recurrent_with_a_collector": (
         ["train", "--algo", "ppo_lstm_mask", "--collector", "sync"],
-        "the recurrent model learns from SB3's VecEnv only for now",
+        "the command line trains the recurrent model from SB3's VecEnv only for now",
     ),
     "recurrent_self_play": (
         ["train", "--algo", "ppo_lstm_mask", "--env", "pettingzoo:tictactoe_v3"],

@@ -1,5 +1,6 @@
 """MaskablePPO learning from TorchRL's ``RayCollector`` on a local Ray cluster (loopback, two CPUs), against the
-same run through ``MultiSyncCollector``; and the RayCollector settings learn() refuses.
+same run through ``MultiSyncCollector``; the RayCollector settings learn() refuses; and MaskableRecurrentPPO through
+it.
 
 Ray is the optional extra ``ray``; without it these tests are skipped. The cluster is started here and shut
 down after, and no process it started outlives it.
@@ -17,10 +18,20 @@ from typing import Any
 import psutil
 import pytest
 import torch
-from collector_envs import SMALL, invalid_discrete_env, invalid_discrete_env_gym, seeded_invalid_discrete_env
+from collector_envs import (
+    SMALL,
+    CollectedByTheLearnersLSTM,
+    CueRecall,
+    invalid_discrete_env,
+    invalid_discrete_env_gym,
+    recurrent_cue_recall_env,
+    seeded_invalid_discrete_env,
+)
+from stable_baselines3.common.env_util import make_vec_env
 from torchrl.collectors import MultiSyncCollector
 
-from torchrl_mask import MaskablePolicyModule, MaskablePPO
+from torchrl_mask import MaskablePolicyModule, MaskablePPO, MaskableRecurrentPPO
+from torchrl_mask.torchrl.recurrent_policy import MaskableRecurrentPolicyModule
 from torchrl_mask.torchrl.workers import shutdown
 
 ray = pytest.importorskip("ray")
@@ -167,3 +178,22 @@ def test_after_a_refused_ray_collector_a_correct_one_in_the_same_process_trains(
         assert "learn() has shut this RayCollector down (collector.shutdown())" in str(refused.value)
     finally:
         shutdown(endless)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_recurrent_model_learns_through_a_ray_collector_with_the_weights_just_trained(ray_cluster: None) -> None:
+    """MaskableRecurrentPPO over RayCollector(sync=True): the remote policies carry the LSTM states and collect with
+    the weights just trained."""
+    model = MaskableRecurrentPPO("MlpLstmPolicy", make_vec_env(CueRecall, n_envs=1), n_steps=16, batch_size=32,
+                                 n_epochs=2, learning_rate=3e-3, seed=0,
+                                 policy_kwargs={"lstm_hidden_size": 8, "net_arch": [16]})  # fmt: skip
+    module = MaskableRecurrentPolicyModule(model.policy)
+    make_env = functools.partial(recurrent_cue_recall_env, module.make_tensordict_primer(), 1)
+    collector = RayCollector([make_env] * 2, module, frames_per_batch=32, total_frames=1 << 40, sync=True,
+                             remote_configs=ONE_CPU)  # fmt: skip
+    check = CollectedByTheLearnersLSTM()
+    model.learn(96, callback=check, collector=collector)
+    assert model.num_timesteps == 96 and model.rollout_buffer.tensordict.batch_size == (2, 16)
+    check.check(rollouts=3)
+    assert collector.remote_collectors == []

@@ -6,6 +6,7 @@
 - ``collector_source``: the rollout from a TorchRL collector batch (a collector's policy module may name its own
   reader, as self-play's does); ``collectors``: ``learn_from_collector``;
 - ``recurrent_ppo``, ``recurrent_policies``: sb3-contrib's ``RecurrentPPO`` with action masks;
+  ``recurrent_collector_source``: its rollout from a TorchRL collector, the LSTM states kept;
 - ``recurrent_evaluation``: a masked ``evaluate_policy`` and ``EvalCallback`` that keep the LSTM state;
 - ``predict_masks``: the one mask check of both models' ``predict`` (where the masks are read, what is refused);
 - ``minibatches``: both models' guard against a last minibatch of one row (NaN parameters), also the CLI's.

@@ -20,8 +20,8 @@ The call, with a worker-process and a multi-machine example, is in :mod:`torchrl
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, TypeVar
 
 import numpy as np
 import torch
@@ -33,13 +33,16 @@ from torchrl.collectors import BaseCollector
 from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.buffers import MaskableRolloutBuffer
 from torchrl_mask.torchrl.policy import MaskablePolicyModule
-from torchrl_mask.torchrl.workers import CollectorFailed, guarded, shutdown
+from torchrl_mask.torchrl.workers import CollectorFailed, guarded, orphan_guard
+from torchrl_mask.torchrl.workers import shutdown as shutdown_collector
 
 if TYPE_CHECKING:
     from sb3_contrib import MaskablePPO
     from torchrl.collectors.distributed import RayCollector
 
-__all__ = ["DEFAULT_BATCH_TIMEOUT", "CollectorRollout", "release_refused"]
+__all__ = ["DEFAULT_BATCH_TIMEOUT", "CollectorRollout", "check_masks_kept", "learn_through", "release_refused"]
+
+_M = TypeVar("_M")
 
 DEFAULT_BATCH_TIMEOUT = 600.0
 EPISODE_REWARD = ("next", "episode_reward")
@@ -86,25 +89,43 @@ class CollectorRollout:
                 "under the envs' masks. Drop use_masking, or learn from the VecEnv (collector=None)."
             )
         _refuse_collector(collector)
-        if not isinstance(model.rollout_buffer, MaskableRolloutBuffer):
-            raise TypeError(
-                f"Learning from a collector needs torchrl_mask's rollout buffer (it has extend()); the model has "
-                f"{type(model.rollout_buffer).__name__}. Use torchrl_mask.MaskablePPO with rollout_buffer_class "
-                f"None or a torchrl_mask buffer."
-            )
+        self._check_buffer(model)
         shipped = getattr(collector, "policy", None)
         self._check_policy(shipped, model)
         if observation_keys is None:
-            observation_keys = shipped.observation_keys if isinstance(shipped, MaskablePolicyModule) else None
+            observation_keys = getattr(shipped, "observation_keys", None)
         self.model = model
         self.collector = collector
-        self.module = MaskablePolicyModule(model.policy, observation_keys=observation_keys)
+        self.module = self._learner_module(model, observation_keys)
         self.reward_key = reward_key
         self.batch_timeout = batch_timeout
         self._batches: Iterator[TensorDictBase] | None = None
         self._episode_starts: torch.Tensor | None = None
         if previous is not None and previous.collector is collector:
             self._batches, self._episode_starts = previous._batches, previous._episode_starts
+
+    def _check_buffer(self, model: Any) -> None:
+        """Refuse a model whose rollout buffer has no ``extend()``; the hook a source of another buffer overrides
+        (:class:`~torchrl_mask.algorithms.recurrent_collector_source.RecurrentCollectorRollout`).
+
+        :param model: the model that learns.
+        :raises TypeError: not a torchrl_mask rollout buffer.
+        """
+        if not isinstance(model.rollout_buffer, MaskableRolloutBuffer):
+            raise TypeError(
+                f"Learning from a collector needs torchrl_mask's rollout buffer (it has extend()); the model has "
+                f"{type(model.rollout_buffer).__name__}. Use torchrl_mask.MaskablePPO with rollout_buffer_class "
+                f"None or a torchrl_mask buffer."
+            )
+
+    def _learner_module(self, model: Any, observation_keys: Sequence[NestedKey] | None) -> Any:
+        """The policy module over ``model.policy`` that reads the batches here (``("next", "state_value")``).
+
+        :param model: the model that learns.
+        :param observation_keys: the batch key of each observation leaf; None: the default keys.
+        :return: a :class:`~torchrl_mask.MaskablePolicyModule` (the recurrent source's own module, there).
+        """
+        return MaskablePolicyModule(model.policy, observation_keys=observation_keys)
 
     def _check_policy(self, shipped: Any, model: MaskablePPO) -> None:
         """Refuse a collector policy that is not a MaskablePolicyModule over ``model.policy``; the hook a source
@@ -152,13 +173,7 @@ class CollectorRollout:
         :return: the filled buffer and the batch as it went in, ``(n_envs, T)``, which the callbacks read.
         """
         batch = self._next_batch()
-        if st.ACTION_MASK not in batch.keys(True):
-            raise ValueError(
-                f"The collector's batch has no {st.ACTION_MASK!r} entry (its keys: "
-                f"{sorted(map(str, batch.keys(True, True)))}): learn() reads the masks the actions were drawn under "
-                f"there. Make the envs with torchrl_mask.masked_gym_env (it writes {st.ACTION_MASK!r}), or rename "
-                "the env's mask entry with TorchRL's RenameTransform."
-            )
+        check_masks_kept(batch)
         self.module.add_next_state_value(batch)
         buffer = self._buffer_for(batch.shape[0], batch.shape[1])
         buffer.reset()
@@ -207,6 +222,74 @@ class CollectorRollout:
         return buffer
 
 
+def check_masks_kept(batch: TensorDictBase) -> None:
+    """Refuse a collector batch without the masks its actions were drawn under.
+
+    :param batch: the collector batch.
+    :raises ValueError: no ``"action_mask"`` entry; the message names the batch's keys and the fix.
+    """
+    if st.ACTION_MASK not in batch.keys(True):
+        raise ValueError(
+            f"The collector's batch has no {st.ACTION_MASK!r} entry (its keys: "
+            f"{sorted(map(str, batch.keys(True, True)))}): learn() reads the masks the actions were drawn under "
+            f"there. Make the envs with torchrl_mask.masked_gym_env (it writes {st.ACTION_MASK!r}), or rename "
+            "the env's mask entry with TorchRL's RenameTransform."
+        )
+
+
+def learn_through(
+    model: Any,
+    reader: type[CollectorRollout],
+    collector: BaseCollector,
+    learn: Callable[[], _M],
+    *,
+    observation_keys: Sequence[NestedKey] | None,
+    reward_key: NestedKey,
+    batch_timeout: float | None,
+    use_masking: bool,
+    shutdown: bool,
+) -> _M:
+    """Run ``learn`` (the model's own SB3 ``learn`` loop) with ``collector`` as its rollout source: what
+    ``learn(..., collector=)`` of both models does around that loop.
+
+    The source is made first (``reader(model, collector, ...)``): a refusal leaves the collector as it was
+    (:func:`release_refused`). While ``learn`` runs, ``model._collector_rollout`` is the source that the model's
+    ``collect_rollouts`` reads, and :func:`~torchrl_mask.torchrl.workers.orphan_guard` watches the workers; then the
+    collector is shut down (also on an error), or with ``shutdown`` False kept as ``model._kept_collector_rollout``
+    for the next ``learn`` to continue.
+
+    :param model: the model that learns (``MaskablePPO`` or ``MaskableRecurrentPPO``).
+    :param reader: the source class, :class:`CollectorRollout` or a subclass.
+    :param collector: the TorchRL collector.
+    :param learn: runs the model's SB3 ``learn`` loop and returns the model.
+    :param observation_keys: as :class:`CollectorRollout` takes it.
+    :param reward_key: as :class:`CollectorRollout` takes it.
+    :param batch_timeout: as :class:`CollectorRollout` takes it.
+    :param use_masking: as :class:`CollectorRollout` takes it.
+    :param shutdown: shut the collector down when done.
+    :return: what ``learn`` returned.
+    :raises TypeError: the source refused the collector (see :class:`CollectorRollout`).
+    :raises ValueError: the source refused the collector (see :class:`CollectorRollout`).
+    :raises RuntimeError: the source refused the collector (see :class:`CollectorRollout`).
+    """
+    try:
+        source = reader(model, collector, observation_keys, reward_key, batch_timeout, use_masking,
+                        previous=model._kept_collector_rollout)  # fmt: skip
+    except (TypeError, ValueError, RuntimeError) as refusal:
+        release_refused(collector, refusal)
+    model._kept_collector_rollout = None
+    try:
+        model._collector_rollout = source
+        with orphan_guard(collector):
+            return learn()
+    finally:
+        model._collector_rollout = None
+        if shutdown:
+            shutdown_collector(collector)
+        else:  # a later learn() on this collector continues its batches
+            model._kept_collector_rollout = source
+
+
 def release_refused(collector: BaseCollector, refusal: Exception) -> NoReturn:
     """Raise ``refusal``, learn()'s refusal of ``collector``; a ``RayCollector`` is shut down first, and the
     message says so. Its actors hold the cluster's resources (a CPU each, by default): left running, they would
@@ -218,7 +301,7 @@ def release_refused(collector: BaseCollector, refusal: Exception) -> NoReturn:
     """
     if not (_is_ray(collector) and collector.remote_collectors):
         raise refusal
-    shutdown(collector)
+    shutdown_collector(collector)
     if type(refusal) not in (TypeError, ValueError, RuntimeError):
         raise refusal
     raise type(refusal)(

@@ -45,7 +45,12 @@ from stable_baselines3.common.vec_env import VecEnv
 from tensordict.utils import NestedKey
 from torchrl.collectors import BaseCollector
 
-from torchrl_mask.algorithms.collector_source import DEFAULT_BATCH_TIMEOUT, CollectorRollout, release_refused
+from torchrl_mask.algorithms.collector_source import (
+    DEFAULT_BATCH_TIMEOUT,
+    CollectorRollout,
+    learn_through,
+    release_refused,
+)
 from torchrl_mask.algorithms.minibatches import check_minibatches
 from torchrl_mask.algorithms.predict_masks import UnmaskedPredictWarning, predict_masks
 from torchrl_mask.algorithms.vecenv_source import fast_rollout
@@ -54,8 +59,6 @@ from torchrl_mask.fastpath.stock import stock_predict
 from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.buffers import MaskableDictRolloutBuffer, MaskableRolloutBuffer
 from torchrl_mask.torchrl.nested import flatten_nested_env, flatten_observation
-from torchrl_mask.torchrl.workers import orphan_guard
-from torchrl_mask.torchrl.workers import shutdown as shutdown_collector
 
 __all__ = ["MaskablePPO", "UnmaskedPredictWarning"]
 
@@ -198,27 +201,18 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         if collector is None:
             return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps,
                                  use_masking, progress_bar)  # fmt: skip
-        # Refused before anything starts (the collector is left as it was, but for a RayCollector's actors, which
-        # hold the cluster's resources); from here on it is shut down.
-        # The collector's policy module may name the reader of its batches (a self-play policy reads seat by seat).
+        # The collector's policy module may name the reader of its batches (a self-play policy reads seat by seat);
+        # a refusal leaves the collector as it was (but for a RayCollector's actors, which hold the cluster's
+        # resources); from there on it is shut down when learn ends, unless shutdown is False.
         try:
             reader = _rollout_reader(getattr(collector, "policy", None))
-            source = reader(self, collector, observation_keys, reward_key, batch_timeout, use_masking,
-                            previous=self._kept_collector_rollout)  # fmt: skip
-        except (TypeError, ValueError, RuntimeError) as refusal:
+        except TypeError as refusal:
             release_refused(collector, refusal)
-        self._kept_collector_rollout = None
-        try:
-            self._collector_rollout = source
-            with orphan_guard(collector):
-                return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps,
-                                     use_masking, progress_bar)  # fmt: skip
-        finally:
-            self._collector_rollout = None
-            if shutdown:
-                shutdown_collector(collector)
-            else:  # a later learn() on this collector continues its batches
-                self._kept_collector_rollout = source
+        run = lambda: super(MaskablePPO, self).learn(  # noqa: E731
+            total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, use_masking, progress_bar
+        )
+        return learn_through(self, reader, collector, run, observation_keys=observation_keys, reward_key=reward_key,
+                             batch_timeout=batch_timeout, use_masking=use_masking, shutdown=shutdown)  # fmt: skip
 
     def collect_rollouts(
         self,

@@ -7,9 +7,12 @@ rollout loop and its training loop. What masking adds: ``learn(use_masking=True)
 ``"action_mask"`` entry or the infos' (``info["action_mask"]``), samples only legal actions,
 keeps the masks in the rollout buffer (:mod:`torchrl_mask.rollout.recurrent_buffers`) and evaluates the minibatches'
 actions under them; ``predict(..., action_masks=)`` takes them too. With ``use_masking=False`` the parameters it
-learns are sb3-contrib's ``RecurrentPPO``'s, bit for bit, under one seed. It learns from a VecEnv only:
-``learn(collector=...)`` raises a ``TypeError`` saying so (a TorchRL collector's policy module would have to carry
-the LSTM states).
+learns are sb3-contrib's ``RecurrentPPO``'s, bit for bit, under one seed.
+
+``learn(total_timesteps, collector=collector)`` takes each rollout from a TorchRL collector running
+:class:`~torchrl_mask.torchrl.recurrent_policy.MaskableRecurrentPolicyModule` over ``model.policy``, which carries the
+LSTM states in the collector's TensorDict (:mod:`torchrl_mask.algorithms.recurrent_collector_source`), as
+``MaskablePPO.learn(collector=...)`` does with its policy module.
 
 >>> import gymnasium as gym, numpy as np
 >>> from sb3_contrib.common.wrappers import ActionMasker
@@ -24,7 +27,7 @@ the LSTM states).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -41,10 +44,13 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
+from tensordict.utils import NestedKey
 from torchrl.collectors import BaseCollector
 
+from torchrl_mask.algorithms.collector_source import DEFAULT_BATCH_TIMEOUT, CollectorRollout, learn_through
 from torchrl_mask.algorithms.minibatches import check_minibatches
 from torchrl_mask.algorithms.predict_masks import predict_masks
+from torchrl_mask.algorithms.recurrent_collector_source import RecurrentCollectorRollout
 from torchrl_mask.algorithms.recurrent_policies import (
     MaskableRecurrentActorCriticCnnPolicy,
     MaskableRecurrentActorCriticPolicy,
@@ -53,7 +59,7 @@ from torchrl_mask.algorithms.recurrent_policies import (
 )
 from torchrl_mask.rollout.masks import mask_spec
 from torchrl_mask.rollout.recurrent_buffers import MaskableRecurrentDictRolloutBuffer, MaskableRecurrentRolloutBuffer
-from torchrl_mask.rollout.storage import ACTION_MASK
+from torchrl_mask.rollout.storage import ACTION_MASK, NEXT_REWARD
 from torchrl_mask.torchrl.envs import VecEnvMasks
 from torchrl_mask.torchrl.nested import flatten_nested_env
 
@@ -86,6 +92,8 @@ class MaskableRecurrentPPO(RecurrentPPO):
     rollout_buffer: MaskableRecurrentRolloutBuffer | MaskableRecurrentDictRolloutBuffer
     #: Whether the last ``learn`` call masks (read by ``collect_rollouts`` and ``train``).
     use_masking: bool = True
+    _collector_rollout: CollectorRollout | None = None  # the source while learn(collector=...) runs
+    _kept_collector_rollout: CollectorRollout | None = None  # after learn(..., shutdown=False), for the next learn
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
@@ -137,6 +145,8 @@ class MaskableRecurrentPPO(RecurrentPPO):
         :return: False if the callback stopped the rollout.
         :raises ValueError: masking with an env whose masks are neither.
         """
+        if self._collector_rollout is not None:  # learn(collector=...): the collector's next batch is the rollout
+            return self._collector_rollout.collect(callback)
         use_masking = self.use_masking if use_masking is None else use_masking
         if not use_masking:
             return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
@@ -170,7 +180,7 @@ class MaskableRecurrentPPO(RecurrentPPO):
 
     def _excluded_save_params(self) -> list[str]:
         # The last step's infos belong to the env, which is not saved either.
-        return [*super()._excluded_save_params(), "_last_infos"]
+        return [*super()._excluded_save_params(), "_last_infos", "_collector_rollout", "_kept_collector_rollout"]
 
     def _update_info_buffer(self, infos: list[dict[str, Any]], dones: np.ndarray | None = None) -> None:
         # Overridden to keep the step's infos: the next step's masks, where the env reports them there.
@@ -197,29 +207,57 @@ class MaskableRecurrentPPO(RecurrentPPO):
         use_masking: bool = True,
         progress_bar: bool = False,
         collector: BaseCollector | None = None,
+        *,
+        observation_keys: Sequence[NestedKey] | None = None,
+        reward_key: NestedKey = NEXT_REWARD,
+        batch_timeout: float | None = DEFAULT_BATCH_TIMEOUT,
+        shutdown: bool = True,
     ) -> SelfMaskableRecurrentPPO:
-        """``RecurrentPPO.learn``, with ``MaskablePPO``'s ``use_masking``.
+        """``RecurrentPPO.learn``, with ``MaskablePPO``'s ``use_masking`` and ``collector``.
+
+        With a collector, each rollout is one batch ``(n_envs, T)`` of it, as for ``MaskablePPO.learn`` (weights
+        sent before each batch, the rollout buffer re-made for the batch's shape, callbacks once per collected step,
+        the collector shut down at the end unless ``shutdown`` is False, a watcher for its workers); the batch keeps
+        the LSTM states its :class:`~torchrl_mask.torchrl.recurrent_policy.MaskableRecurrentPolicyModule` carried
+        (see :mod:`torchrl_mask.algorithms.recurrent_collector_source`). ``self.env`` is then used for its spaces only.
 
         :param total_timesteps: env steps to train for (rounded up to whole rollouts).
         :param callback: SB3 callback(s).
         :param log_interval: rollouts between logs.
         :param tb_log_name: the TensorBoard run's name.
         :param reset_num_timesteps: start the step count at zero.
-        :param use_masking: read the masks from the env's ``action_masks()`` and apply them.
+        :param use_masking: read the masks from the env's ``action_masks()`` and apply them (must be True with a
+            collector).
         :param progress_bar: show a progress bar.
-        :param collector: not supported yet: must be None (see the error).
+        :param collector: a TorchRL collector running ``MaskableRecurrentPolicyModule(model.policy)`` over envs with
+            the module's ``make_tensordict_primer()`` and an ``InitTracker`` (``Collector``, ``MultiSyncCollector``,
+            ``DistributedCollector(sync=True)``, ``RayCollector(sync=True)``); None steps ``self.env``.
+        :param observation_keys: the batch key of each observation leaf; None takes them from the collector's module.
+        :param reward_key: where the reward is in a collector batch, ``(*B, 1)``.
+        :param batch_timeout: seconds one batch (or weight update) may take from worker processes before the silent
+            workers are declared stuck and killed; None waits forever.
+        :param shutdown: shut the collector down when done; with False, a later ``learn`` continues its batches.
         :return: the model.
-        :raises TypeError: a ``collector`` was given: the recurrent model learns from its VecEnv only for now.
+        :raises TypeError: the collector's policy is not a ``MaskableRecurrentPolicyModule``, the model's action space
+            cannot be masked, or an off-policy collector (as ``MaskablePPO.learn`` refuses it); refused before anything
+            runs.
+        :raises ValueError: ``use_masking`` False with a collector, a module over another policy, or batches without
+            masks, ``"is_init"`` or carried LSTM states.
+        :raises RuntimeError: the collector has been shut down.
+        :raises CollectorFailed: collection failed; the collector is shut down and its workers are gone.
         """
-        if collector is not None:
-            raise TypeError(
-                f"MaskableRecurrentPPO.learn(collector=...) got a {type(collector).__name__}, but the recurrent model "
-                "learns from VecEnvs only for now: a TorchRL collector's policy module would have to carry the LSTM "
-                "states and is_init, which MaskablePolicyModule does not. Give the envs as the model's env (a VecEnv "
-                "or make_vec_env) and call learn() without collector=, or use MaskablePPO with the collector."
+
+        def run() -> SelfMaskableRecurrentPPO:
+            self.use_masking = use_masking
+            return super(MaskableRecurrentPPO, self).learn(
+                total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar
             )
-        self.use_masking = use_masking
-        return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
+
+        if collector is None:
+            return run()
+        return learn_through(self, RecurrentCollectorRollout, collector, run, observation_keys=observation_keys,
+                             reward_key=reward_key, batch_timeout=batch_timeout, use_masking=use_masking,
+                             shutdown=shutdown)  # fmt: skip
 
     def predict(
         self,

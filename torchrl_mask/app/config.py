@@ -358,6 +358,7 @@ def check_algo(config: TrainConfig) -> None:
         )
     if config.collector is not None:
         raise UsageError(
-            f"--collector {config.collector} with --algo ppo_lstm_mask: the recurrent model learns from SB3's VecEnv "
-            "only for now (a TorchRL collector would have to carry the LSTM states); drop --collector."
+            f"--collector {config.collector} with --algo ppo_lstm_mask: the command line trains the recurrent model "
+            "from SB3's VecEnv only for now; drop --collector (from Python, MaskableRecurrentPPO.learn(collector=...) "
+            "takes a collector running MaskableRecurrentPolicyModule)."
         )

@@ -46,7 +46,7 @@ from torchrl_mask.rollout.storage import (
     batch_observation_key,
 )
 
-__all__ = ["check_batch_values", "entries_from_batch"]
+__all__ = ["batch_states", "check_batch_values", "entries_from_batch"]
 
 
 def _env_major(batch: TensorDictBase, n_envs: int, buffer_size: int) -> TensorDictBase:
@@ -134,6 +134,34 @@ def entries_from_batch(
         NEXT_TERMINATED: terminated,
     }
     return obs, entries
+
+
+def batch_states(batch: TensorDictBase, keys: Sequence[NestedKey], state_shape: tuple[int, int]) -> list[torch.Tensor]:
+    """The LSTM states each step of a collector batch started from, checked (the recurrent buffers' ``extend``).
+
+    :param batch: the collector batch, batch dims ``B``.
+    :param keys: the state keys (``STATE_KEYS`` of :mod:`torchrl_mask.rollout.recurrent_buffers`).
+    :param state_shape: ``(n_lstm_layers, lstm_hidden_size)``.
+    :return: one tensor per key, ``(*B, *state_shape)``, as in the batch.
+    :raises ValueError: a state missing, or of another shape; the message names the key and the fix.
+    """
+    states = []
+    for key in keys:
+        state = batch.get(key, None)
+        if state is None:
+            raise ValueError(
+                f"The batch has no {key!r} entry: the LSTM states each step started from are kept with the rollout. "
+                "Collect with MaskableRecurrentPolicyModule(model.policy) and append its make_tensordict_primer() "
+                "to the env."
+            )
+        if tuple(state.shape) != (*batch.batch_size, *state_shape):
+            raise ValueError(
+                f"The batch's {key!r} has shape {tuple(state.shape)}, expected (*{tuple(batch.batch_size)}, "
+                f"n_lstm_layers={state_shape[0]}, lstm_hidden_size={state_shape[1]}): collect with the model's own "
+                "policy module."
+            )
+        states.append(state)
+    return states
 
 
 def _observation_batch_keys(

@@ -47,7 +47,7 @@ sb3-contrib's buffer has once ``get`` ran (and ``RecurrentPPO.train`` reads): en
 from __future__ import annotations
 
 import numbers
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -56,10 +56,11 @@ from gymnasium import spaces
 from sb3_contrib.common.recurrent.buffers import RecurrentDictRolloutBuffer, RecurrentRolloutBuffer
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.buffers import BaseBuffer
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
 from torchrl_mask.rollout import storage as st
+from torchrl_mask.rollout.batches import batch_states
 from torchrl_mask.rollout.masks import mask_spec
 from torchrl_mask.rollout.sb3_arrays import FlatArray, SB3Array, to_numpy
 from torchrl_mask.rollout.sequences import (
@@ -284,6 +285,43 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
             )
         self._rollout.bootstrap(last_values, dones)
         self._rollout.advantage(self.gamma, self.gae_lambda, "loop", truncations=False)
+
+    def extend(
+        self,
+        batch: TensorDictBase,
+        observation_keys: Sequence[NestedKey] | None = None,
+        reward_key: NestedKey = st.NEXT_REWARD,
+        episode_starts: torch.Tensor | np.ndarray | None = None,
+    ) -> None:
+        """Fill the whole rollout from one TorchRL collector batch and compute GAE, as
+        :meth:`torchrl_mask.MaskableRolloutBuffer.extend` does (a truncated step bootstraps from
+        ``("next", "state_value")``), with the LSTM states each step started from.
+
+        :param batch: a collector batch ``(n_envs, buffer_size)`` (or flat env-major) with the keys
+            :mod:`torchrl_mask.rollout.batches` lists and the states under :data:`STATE_KEYS`, each
+            ``(*B, n_lstm_layers, lstm_hidden_size)``, as
+            :class:`~torchrl_mask.torchrl.recurrent_policy.MaskableRecurrentPolicyModule` reads them.
+        :param observation_keys: the batch key of each observation leaf; None: the default keys.
+        :param reward_key: where the reward is, ``(*B, 1)``.
+        :param episode_starts: whether each env's first step begins an episode, ``(n_envs,)``; used only when the
+            batch has no ``"is_init"``.
+        :raises RuntimeError: the buffer already holds steps (call ``reset()`` first).
+        :raises ValueError: as ``MaskableRolloutBuffer.extend``, or a state missing or of the wrong shape. Nothing
+            is written on any error.
+        """
+        if self.pos != 0 or self.full:
+            raise RuntimeError(
+                f"extend() fills a whole rollout, but the buffer already holds {self.pos} steps per env. "
+                "Call reset() first."
+            )
+        _, layers, _, hidden = self.hidden_state_shape
+        states = batch_states(batch, STATE_KEYS, (layers, hidden))
+        keys = {"observation_keys": observation_keys, "reward_key": reward_key, "episode_starts": episode_starts}
+        self._rollout.write_batch(batch, check_masks=True, check_values=True, **keys)
+        for key, state in zip(STATE_KEYS, states, strict=True):
+            self.tensordict.get(key).copy_(state.reshape(self.tensordict.get(key).shape))
+        self._rollout.advantage(self.gamma, self.gae_lambda, "loop", truncations=True)
+        self.pos, self.full = self.buffer_size, True
 
     def get(self, batch_size: int | None = None) -> Generator[Any, None, None]:
         """sb3-contrib's minibatches of whole sequences, with their masks (the same ones under one numpy seed).

@@ -30,6 +30,9 @@ import torch
 from gymnasium import spaces
 from sb3_contrib.common.maskable.distributions import make_masked_proba_distribution
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
+from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.policies import BasePolicy
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModule, skip_existing
 from tensordict.nn.probabilistic import interaction_type
@@ -42,7 +45,7 @@ from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.masks import mask_spec
 from torchrl_mask.torchrl.workers import worker_job_pickled, worker_job_unpickled
 
-__all__ = ["MaskablePolicyModule", "default_observation_keys"]
+__all__ = ["MaskablePolicyModule", "default_observation_keys", "shipped_policy"]
 
 ACTION_MASK = st.ACTION_MASK
 
@@ -56,6 +59,35 @@ def default_observation_keys(observation_space: spaces.Space) -> list[NestedKey]
         puts them.
     """
     return [st.batch_observation_key(path) for path in st.observation_leaves(observation_space)]
+
+
+def shipped_policy(policy: BasePolicy) -> BasePolicy:
+    """The copy of an SB3 policy that a collector's worker process receives: the same modules, without the optimizer
+    and with fresh action distributions (SB3 keeps the last one, whose tensors carry the autograd graph of the last
+    update and cannot cross a process boundary). The learner's policy is left as it is.
+
+    :param policy: the model's policy (``MaskablePPO``'s or ``MaskableRecurrentPPO``'s).
+    :return: a shallow copy sharing the parameters.
+    """
+    shipped = copy.copy(policy)
+    shipped.__dict__ = {k: v for k, v in policy.__dict__.items() if k != "optimizer"}
+    for name, dist in policy.__dict__.items():  # action_dist; the recurrent policies' masked_action_dist too
+        if isinstance(dist, Distribution):
+            fresh = copy.copy(dist)
+            fresh.__dict__ = {k: None if k == "distribution" else _detached(v) for k, v in dist.__dict__.items()}
+            shipped.__dict__[name] = fresh
+    if isinstance(policy, MaskableActorCriticPolicy):
+        shipped.__dict__["action_dist"] = make_masked_proba_distribution(policy.action_space)
+    return shipped
+
+
+def _detached(value: Any) -> Any:
+    """``value`` with its tensors (alone or in a list) detached from the autograd graph."""
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, list):
+        return [_detached(item) for item in value]
+    return value
 
 
 class _SB3Forward(nn.Module):
@@ -126,10 +158,7 @@ class _SB3Forward(nn.Module):
         state = self.__dict__.copy()
         state["_errors_parent"] = worker_job_pickled()  # refuses an unguarded script; where errors go
         state["_plain"] = False  # found again, on the worker's own modules
-        shipped = copy.copy(self.policy)
-        shipped.__dict__ = {k: v for k, v in self.policy.__dict__.items() if k != "optimizer"}
-        shipped.action_dist = make_masked_proba_distribution(self.policy.action_space)
-        state["_modules"] = {**state["_modules"], "policy": shipped}
+        state["_modules"] = {**state["_modules"], "policy": shipped_policy(self.policy)}
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -152,6 +181,9 @@ class MaskablePolicyModule(TensorDictModule):
     :param observation_keys: the env's key for each leaf of ``policy.observation_space``, in leaf order; None
         means ``"observation"``, or the Dict's keys (see :func:`default_observation_keys`).
     :param mask_key: the env's mask entry, bool ``(*B, mask_dims)``.
+    :raises TypeError: ``policy`` is not a ``MaskableActorCriticPolicy``; for ``MaskableRecurrentPPO``'s LSTM policy
+        the error names :class:`~torchrl_mask.torchrl.recurrent_policy.MaskableRecurrentPolicyModule`, the module that
+        carries its states.
 
     Example:
         >>> import gymnasium as gym, torch
@@ -170,6 +202,13 @@ class MaskablePolicyModule(TensorDictModule):
         observation_keys: Sequence[NestedKey] | None = None,
         mask_key: NestedKey = ACTION_MASK,
     ) -> None:
+        if isinstance(policy, RecurrentActorCriticPolicy):
+            raise TypeError(
+                f"MaskablePolicyModule got the LSTM policy {type(policy).__name__} (model.policy of a "
+                "MaskableRecurrentPPO), whose states a collector must carry: use "
+                "torchrl_mask.torchrl.recurrent_policy.MaskableRecurrentPolicyModule(model.policy), and append its "
+                "make_tensordict_primer() to the env."
+            )
         if not isinstance(policy, MaskableActorCriticPolicy):
             raise TypeError(
                 f"MaskablePolicyModule needs sb3-contrib's MaskableActorCriticPolicy (model.policy of a "

@@ -9,7 +9,15 @@ collectors move to the root for the next step (``step_mdp``). The state keys are
 (:mod:`torchrl_mask.rollout.recurrent_buffers`), one level per network, as TorchRL's ``LSTMModule`` names its
 ``"recurrent_state_h"`` and ``"recurrent_state_c"``; each is ``(*B, n_lstm_layers, lstm_hidden_size)``. The env
 needs the module's :meth:`~MaskableRecurrentPolicyModule.make_tensordict_primer` (so that the states are in its
-specs and the collector carries them) and an ``InitTracker``, as for ``LSTMModule``.
+specs and the collector carries them; a collector created with ``auto_register_policy_transforms=True`` appends it)
+and an ``InitTracker``, as for ``LSTMModule``.
+
+``MaskableRecurrentPPO.learn(collector=...)`` reads such a collector's batches
+(:mod:`torchrl_mask.algorithms.recurrent_collector_source`): :meth:`~MaskableRecurrentPolicyModule.add_next_state_value`
+bootstraps them from the critic's state after the step, and worker processes receive the policy as they receive
+:class:`~torchrl_mask.MaskablePolicyModule`'s (without its optimizer; new weights through
+``collector.update_policy_weights_()``). ``MaskablePolicyModule`` refuses the LSTM policy, naming this module: a
+module that silently dropped the states would collect from a fresh state at every step.
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ from torchrl.envs import TensorDictPrimer
 
 from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.recurrent_buffers import STATE_KEYS
-from torchrl_mask.torchrl.policy import default_observation_keys
+from torchrl_mask.torchrl.policy import default_observation_keys, shipped_policy
+from torchrl_mask.torchrl.workers import worker_job_pickled, worker_job_unpickled
 
 __all__ = ["MaskableRecurrentPolicyModule"]
 
@@ -45,15 +54,17 @@ class _RecurrentForward(nn.Module):
         self._n_leaves = len(st.observation_leaves(policy.observation_space))
         self._paths = list(st.observation_leaves(policy.observation_space))
 
+    def _observation(self, observations: Sequence[torch.Tensor], batch: torch.Size, n_rows: int) -> Any:
+        """The observation leaves, batch dims ``batch`` flattened to ``n_rows`` rows, as the policy takes them."""
+        flat = [leaf.reshape(n_rows, *leaf.shape[len(batch) :]) for leaf in observations]
+        return flat[0] if self._paths == [()] else st.nest_leaves(self._paths, flat)
+
     @torch.no_grad()
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         observations, (mask, is_init, *states) = inputs[: self._n_leaves], inputs[self._n_leaves :]
         batch = mask.shape[:-1]
         rows = mask.reshape(-1, mask.shape[-1])
-        obs: Any = observations[0].reshape(len(rows), *observations[0].shape[len(batch) :])
-        if self._paths != [()]:
-            flat = [leaf.reshape(len(rows), *leaf.shape[len(batch) :]) for leaf in observations]
-            obs = st.nest_leaves(self._paths, flat)
+        obs = self._observation(observations, batch, len(rows))
         layers_first = [state.reshape(len(rows), *state.shape[-2:]).transpose(0, 1).contiguous() for state in states]
         lstm_states = RNNStates((layers_first[0], layers_first[1]), (layers_first[2], layers_first[3]))
         starts = is_init.reshape(len(rows)).float()
@@ -62,6 +73,35 @@ class _RecurrentForward(nn.Module):
         nexts = [part.transpose(0, 1).reshape((*batch, *part.shape[::2])) for net in after for part in net]
         action_shape = tuple(self.policy.action_space.shape or ())
         return actions.reshape((*batch, *action_shape)), log_prob.reshape(batch), values.reshape((*batch, 1)), *nexts
+
+    @torch.no_grad()
+    def value(
+        self, observations: Sequence[torch.Tensor], critic: Sequence[torch.Tensor], starts: torch.Tensor
+    ) -> torch.Tensor:
+        """``V`` of ``n`` observations from the critic's LSTM states, as ``RecurrentPPO`` bootstraps its rollout
+        (``policy.predict_values(obs, lstm_states.vf, episode_starts)``).
+
+        :param observations: one tensor per observation leaf, ``(n, *leaf_shape)``.
+        :param critic: the critic's hidden and cell states, each ``(n, n_lstm_layers, lstm_hidden_size)``.
+        :param starts: where the state restarts from zeros, ``(n,)`` bool.
+        :return: the values, ``(n, 1)``.
+        """
+        n_rows = len(starts)
+        obs = self._observation(observations, torch.Size([n_rows]), n_rows)
+        hidden, cell = (state.transpose(0, 1).contiguous() for state in critic)
+        return self.policy.predict_values(obs, (hidden, cell), starts.float())
+
+    def __getstate__(self) -> dict[str, Any]:
+        # What a worker process receives, as for MaskablePolicyModule (torchrl_mask.torchrl.policy.shipped_policy):
+        # the policy without its optimizer or the last update's distributions.
+        state = self.__dict__.copy()
+        state["_errors_parent"] = worker_job_pickled()  # refuses an unguarded script; where errors go
+        state["_modules"] = {**state["_modules"], "policy": shipped_policy(self.policy)}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        worker_job_unpickled(state.pop("_errors_parent", None))  # in a spawned worker: record what ends it
+        super().__setstate__(state)
 
 
 class MaskableRecurrentPolicyModule(TensorDictModule):
@@ -102,6 +142,41 @@ class MaskableRecurrentPolicyModule(TensorDictModule):
     def policy(self) -> RecurrentActorCriticPolicy:
         """The SB3 policy this module runs."""
         return self.module.policy
+
+    @torch.no_grad()
+    def add_next_state_value(self, batch: TensorDictBase) -> TensorDictBase:
+        """Write ``("next", "state_value")``, ``V`` of ``("next", observation)`` from the critic's LSTM state after
+        the step (``("next", "recurrent_state", "critic", ...)``), where GAE reads it.
+
+        As ``RecurrentPPO`` bootstraps: inside an episode it is the next step's ``"state_value"``, already in the
+        batch; the policy runs on each env's last step (all envs in one call, as ``RecurrentPPO``'s last values;
+        the state restarts where that step terminated, whose value GAE does not read) and, one step per call as
+        ``RecurrentPPO`` does, where an episode was truncated inside the batch (the final observation, the state
+        carried on). Terminated steps get 0.
+
+        :param batch: a collector batch ``(n_envs, T)`` with the observation keys, ``"state_value"``, the LSTM
+            states under ``"next"``, ``("next", "done")`` and ``("next", "terminated")``.
+        :return: ``batch``, with ``("next", "state_value")`` ``(n_envs, T, 1)`` float32 set in place.
+        """
+        value, terminated = batch.get(st.VALUE), batch.get(st.NEXT_TERMINATED)
+        next_value = torch.zeros_like(value)
+        next_value[:, :-1] = value[:, 1:]
+        self.policy.set_training_mode(False)
+        next_value[:, -1] = self._next_values(batch[:, -1], terminated[:, -1, 0]).to(next_value)
+        truncated = (batch.get(st.NEXT_DONE) & ~terminated)[..., 0]
+        truncated[:, -1] = False
+        for env, t in truncated.nonzero().tolist():  # one call each, as RecurrentPPO bootstraps a truncation
+            step = batch[env : env + 1, t]
+            next_value[env, t] = self._next_values(step, torch.zeros(1, dtype=torch.bool)).to(next_value)[0]
+        next_value[terminated] = 0.0
+        batch.set(st.NEXT_VALUE, next_value)
+        return batch
+
+    def _next_values(self, steps: TensorDictBase, starts: torch.Tensor) -> torch.Tensor:
+        """``V`` of ``n`` steps' next observations from the critic's states after them, ``(n, 1)``."""
+        leaves = [steps.get(("next", *((key,) if isinstance(key, str) else key))) for key in self.observation_keys]
+        critic = [steps.get(("next", *key)) for key in STATE_KEYS[2:]]
+        return self.module.value(leaves, critic, starts)
 
     def make_tensordict_primer(self) -> TensorDictPrimer:
         """The transform that puts the LSTM states, zeros, in the env's specs (as ``LSTMModule``'s does).
