@@ -19,9 +19,8 @@ The call, with a worker-process and a multi-machine example, is in :mod:`torchrl
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
@@ -30,6 +29,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.collectors import BaseCollector
 
+from torchrl_mask.algorithms.collector_checks import more_frames, refuse_collector, refuse_policy, release_refused
 from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.buffers import MaskableRolloutBuffer
 from torchrl_mask.torchrl.policy import MaskablePolicyModule
@@ -38,7 +38,6 @@ from torchrl_mask.torchrl.workers import shutdown as shutdown_collector
 
 if TYPE_CHECKING:
     from sb3_contrib import MaskablePPO
-    from torchrl.collectors.distributed import RayCollector
 
 __all__ = ["DEFAULT_BATCH_TIMEOUT", "CollectorRollout", "check_masks_kept", "learn_through", "release_refused"]
 
@@ -88,7 +87,7 @@ class CollectorRollout:
                 "use_masking=False is not available with a collector: its MaskablePolicyModule always draws "
                 "under the envs' masks. Drop use_masking, or learn from the VecEnv (collector=None)."
             )
-        _refuse_collector(collector)
+        refuse_collector(collector)
         self._check_buffer(model)
         shipped = getattr(collector, "policy", None)
         self._check_policy(shipped, model)
@@ -137,7 +136,7 @@ class CollectorRollout:
         :raises TypeError: not a MaskablePolicyModule.
         :raises ValueError: a MaskablePolicyModule over another policy.
         """
-        _refuse_policy(shipped, model)
+        refuse_policy(shipped, model)
 
     def collect(self, callback: BaseCallback) -> bool:
         """Fill the model's rollout buffer with the collector's next batch, as ``collect_rollouts`` does.
@@ -195,7 +194,7 @@ class CollectorRollout:
         if batch is None:
             raise CollectorFailed(
                 f"The collector stopped after {self.model.num_timesteps:,} steps, before total_timesteps were "
-                f"collected: {_more_frames(self.collector)}"
+                f"collected: {more_frames(self.collector)}"
             )
         if batch.ndim == 1:
             return batch.unsqueeze(0)
@@ -288,101 +287,6 @@ def learn_through(
             shutdown_collector(collector)
         else:  # a later learn() on this collector continues its batches
             model._kept_collector_rollout = source
-
-
-def release_refused(collector: BaseCollector, refusal: Exception) -> NoReturn:
-    """Raise ``refusal``, learn()'s refusal of ``collector``; a ``RayCollector`` is shut down first, and the
-    message says so. Its actors hold the cluster's resources (a CPU each, by default): left running, they would
-    keep the corrected collector's actors from ever being scheduled, and its first batch would wait forever.
-
-    :param collector: the refused collector.
-    :param refusal: the error that refuses it.
-    :raises Exception: ``refusal``, or for a ``RayCollector`` the same type with the release added to its message.
-    """
-    if not (_is_ray(collector) and collector.remote_collectors):
-        raise refusal
-    shutdown_collector(collector)
-    if type(refusal) not in (TypeError, ValueError, RuntimeError):
-        raise refusal
-    raise type(refusal)(
-        f"{refusal} learn() has shut this RayCollector down (collector.shutdown()): its Ray actors are killed and "
-        "their resources free for the corrected collector."
-    ) from None
-
-
-def _is_distributed(collector: BaseCollector, name: str) -> bool:
-    """Whether ``collector`` is TorchRL's distributed collector class ``name``. Looked up where the user's import
-    put it, as only a collector of a class already imported can exist: importing ``torchrl.collectors.distributed``
-    here would add its DeprecationWarnings (it defines TorchRL's deprecated WeightUpdater classes) to every
-    ``import torchrl_mask``."""
-    found = getattr(sys.modules.get("torchrl.collectors.distributed"), name, None)
-    return isinstance(found, type) and isinstance(collector, found)
-
-
-def _is_ray(collector: BaseCollector) -> TypeGuard[RayCollector]:
-    return _is_distributed(collector, "RayCollector")
-
-
-def _more_frames(collector: BaseCollector) -> str:
-    """How to create ``collector`` so that it gives every batch learn() asks for."""
-    if _is_ray(collector):
-        return "create the RayCollector with total_frames of at least total_timesteps (e.g. 1 << 40)."
-    return "create it with total_frames=-1 (or at least total_timesteps)."
-
-
-def _was_shut_down(collector: BaseCollector) -> bool:
-    """Whether TorchRL's ``shutdown()`` ran on ``collector``: its envs and workers are gone for good."""
-    if _is_ray(collector):  # shutdown() kills its remote collectors and empties the list
-        return collector.num_collectors > 0 and not collector.remote_collectors
-    # Collector and the multi-process collectors set `closed`; DistributedCollector sets `_shutdown`.
-    return bool(getattr(collector, "closed", False) or getattr(collector, "_shutdown", False))
-
-
-def _refuse_collector(collector: BaseCollector) -> None:
-    """Refuse a collector that cannot give on-policy batches to learn(), naming the one to use."""
-    if _was_shut_down(collector):
-        raise RuntimeError(
-            f"The {type(collector).__name__} has been shut down (learn() shuts its collector down when it ends, "
-            "unless shutdown=False, and a RayCollector it refuses; or collector.shutdown() was called): its envs "
-            "and workers are gone. Create a "
-            "new collector, or pass shutdown=False to the learn() whose collector a later learn() continues."
-        )
-    if _is_distributed(collector, "DistributedSyncCollector"):
-        raise TypeError(
-            "DistributedSyncCollector collects each batch before the last update's weights reach its workers "
-            "(off-policy by one update) and has no update_policy_weights_(); use "
-            "torchrl.collectors.distributed.DistributedCollector(..., sync=True) for on-policy batches."
-        )
-    if _is_ray(collector):
-        if collector.total_frames <= 0:
-            raise ValueError(
-                f"RayCollector(total_frames={collector.total_frames}) yields no batch (it collects while its frames "
-                f"are below total_frames, and -1 does not mean endless there): {_more_frames(collector)}"
-            )
-        if not collector._sync and collector.num_collectors > 1:
-            raise TypeError(
-                f"RayCollector(sync=False) over {collector.num_collectors} remote collectors hands each batch from one "
-                "of them, collected while the learner trained (off-policy by one update, and consecutive rollouts "
-                "from different envs): create it with sync=True, one batch from every remote collector per rollout."
-            )
-
-
-def _refuse_policy(shipped: Any, model: MaskablePPO) -> None:
-    """Refuse a collector whose policy is not a MaskablePolicyModule over ``model.policy``."""
-    if shipped is None:  # a policy_factory: built in each worker, nothing to look at here
-        return
-    if not isinstance(shipped, MaskablePolicyModule):
-        raise TypeError(
-            f"The collector runs a {type(shipped).__name__}, not a MaskablePolicyModule: learn() needs the actions "
-            "drawn under the masks by this model's policy, with their log-probabilities and values, and sends that "
-            "policy's weights to the collector. Build the collector with MaskablePolicyModule(model.policy)."
-        )
-    if shipped.policy is not model.policy:
-        raise ValueError(
-            "The collector runs a MaskablePolicyModule over another policy than this model's: its actions and "
-            "log-probabilities would not be this model's, and the weights learn() trains would never reach it. "
-            "Build the collector with MaskablePolicyModule(model.policy) of the model that learns."
-        )
 
 
 class _StepLocals:
