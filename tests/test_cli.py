@@ -102,10 +102,6 @@ BAD_INPUT = {
 
 # --algo ppo_lstm_mask: what the recurrent model does not have yet, refused by name.
 BAD_INPUT |= {
-    "recurrent_with_a_collector": (
-        ["train", "--algo", "ppo_lstm_mask", "--collector", "sync"],
-        "the command line trains the recurrent model from SB3's VecEnv only for now",
-    ),
     "recurrent_self_play": (
         ["train", "--algo", "ppo_lstm_mask", "--env", "pettingzoo:tictactoe_v3"],
         "self-play trains MaskablePPO only for now",
@@ -402,12 +398,14 @@ def test_bench_hands_its_arguments_to_the_benchmark() -> None:
     assert run.stdout.startswith("usage: torchrl-mask bench")
 
 
+@pytest.mark.parametrize("collector", [None, "multisync"])  # SB3's VecEnv, or TorchRL worker processes
 def test_train_with_algo_ppo_lstm_mask_saves_a_recurrent_model_that_loads_and_evaluates_with_masks(
-    tmp_path: Path,
+    collector: str | None, tmp_path: Path
 ) -> None:
     (tmp_path / "zoo.yml").write_text(RECURRENT_ZOO_FILE)
     out = tmp_path / "run"
     args = ["--conf-file", str(tmp_path / "zoo.yml"), "--eval-episodes", "2", "--no-progress", "--out", str(out)]
+    args += [] if collector is None else ["--collector", collector]
     run = run_cli("train", "--algo", "ppo_lstm_mask", *args)
     assert run.returncode == 0, run.stderr
     assert "Training MaskableRecurrentPPO on Taxi-v4 (masks from info['action_mask']) for 512 steps" in run.stdout

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from sb3_contrib import MaskablePPO
     from torchrl.collectors.distributed import RayCollector
 
-__all__ = ["more_frames", "refuse_collector", "refuse_policy", "release_refused"]
+__all__ = ["more_frames", "refuse_collector", "refuse_policy", "release_refused", "was_shut_down"]
 
 
 def release_refused(collector: BaseCollector, refusal: Exception) -> NoReturn:
@@ -64,8 +64,12 @@ def more_frames(collector: BaseCollector) -> str:
     return "create it with total_frames=-1 (or at least total_timesteps)."
 
 
-def _was_shut_down(collector: BaseCollector) -> bool:
-    """Whether TorchRL's ``shutdown()`` ran on ``collector``: its envs and workers are gone for good."""
+def was_shut_down(collector: BaseCollector) -> bool:
+    """Whether TorchRL's ``shutdown()`` ran on ``collector``: its envs and workers are gone for good.
+
+    :param collector: any TorchRL collector.
+    :return: True once it was shut down.
+    """
     if _is_ray(collector):  # shutdown() kills its remote collectors and empties the list
         return collector.num_collectors > 0 and not collector.remote_collectors
     # Collector and the multi-process collectors set `closed`; DistributedCollector sets `_shutdown`.
@@ -81,7 +85,7 @@ def refuse_collector(collector: BaseCollector) -> None:
         over several remote collectors).
     :raises ValueError: a ``RayCollector`` whose ``total_frames`` gives no batch.
     """
-    if _was_shut_down(collector):
+    if was_shut_down(collector):
         raise RuntimeError(
             f"The {type(collector).__name__} has been shut down (learn() shuts its collector down when it ends, "
             "unless shutdown=False, and a RayCollector it refuses; or collector.shutdown() was called): its envs "

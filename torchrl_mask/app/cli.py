@@ -103,8 +103,7 @@ def _add_what_to_train(train: argparse.ArgumentParser) -> None:
         "--algo",
         choices=sorted(ALGOS),
         default=defaults.algo,
-        help="ppo_mask: MaskablePPO; ppo_lstm_mask: MaskableRecurrentPPO (LSTM policies, for tasks that need "
-        "memory; VecEnv only, no --collector)",
+        help="ppo_mask: MaskablePPO; ppo_lstm_mask: MaskableRecurrentPPO (LSTM policies, for tasks that need memory)",
     )
     train.add_argument(
         "-conf",

@@ -270,7 +270,7 @@ class TrainConfig:
 
     :param algo: ``"ppo_mask"`` trains :class:`~torchrl_mask.MaskablePPO`, ``"ppo_lstm_mask"``
         :class:`~torchrl_mask.MaskableRecurrentPPO` (LSTM policies: ``MlpLstmPolicy`` or ``MultiInputLstmPolicy``
-        by default, with ``policy_kwargs`` such as ``lstm_hidden_size``; VecEnv only).
+        by default, with ``policy_kwargs`` such as ``lstm_hidden_size``; from a VecEnv or a collector).
     """
 
     env_id: str = "Taxi-v4"
@@ -347,7 +347,7 @@ def check_algo(config: TrainConfig) -> None:
     """Refuse the options ``--algo ppo_lstm_mask`` does not have yet, naming what to do instead.
 
     :param config: the run's configuration.
-    :raises UsageError: a ``pettingzoo:`` game, or ``--collector`` with the recurrent model.
+    :raises UsageError: a ``pettingzoo:`` game (self-play trains MaskablePPO).
     """
     if config.algo != "ppo_lstm_mask":
         return
@@ -355,10 +355,4 @@ def check_algo(config: TrainConfig) -> None:
         raise UsageError(
             f"--algo ppo_lstm_mask with --env {config.env_id}: self-play trains MaskablePPO only for now; drop --algo "
             "(or pick a gymnasium env for the recurrent model)."
-        )
-    if config.collector is not None:
-        raise UsageError(
-            f"--collector {config.collector} with --algo ppo_lstm_mask: the command line trains the recurrent model "
-            "from SB3's VecEnv only for now; drop --collector (from Python, MaskableRecurrentPPO.learn(collector=...) "
-            "takes a collector running MaskableRecurrentPolicyModule)."
         )

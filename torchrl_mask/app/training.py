@@ -42,10 +42,8 @@ from stable_baselines3.common.logger import HumanOutputFormat, Logger
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
-from torchrl.collectors import BaseCollector, Collector, MultiSyncCollector
-from torchrl.envs import SerialEnv
 
-from torchrl_mask.algorithms.collectors import learn_from_collector
+from torchrl_mask.algorithms.collector_checks import was_shut_down
 from torchrl_mask.algorithms.ppo import MaskablePPO
 from torchrl_mask.algorithms.recurrent_evaluation import MaskableRecurrentEvalCallback
 from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
@@ -58,10 +56,11 @@ from torchrl_mask.app.config import (
     check_device,
     failed,
 )
-from torchrl_mask.app.masked_env import collector_env, make_masked_env
+from torchrl_mask.app.masked_env import make_masked_env
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
+from torchrl_mask.app.train_collectors import make_collector
 from torchrl_mask.app.trained_agent import check_trained_agent
-from torchrl_mask.torchrl.policy import MaskablePolicyModule
+from torchrl_mask.torchrl.workers import shutdown as shutdown_collector
 
 __all__ = ["TrainResult", "TrainingInterrupted", "describe_masks", "model_kwargs", "train"]
 
@@ -97,25 +96,6 @@ class TrainResult:
     evaluation: dict[str, dict[str, Any]]
     curve: list[tuple[int, float]] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
-
-
-def _make_collector(config: TrainConfig, model: MaskablePPO, monitor_dir: Path) -> BaseCollector:
-    """``sync``: the envs step in this process (``SerialEnv``); ``multisync``: one worker process per env."""
-    makers = [partial(collector_env, config.env_id, str(monitor_dir / str(rank))) for rank in range(config.n_envs)]
-    policy = MaskablePolicyModule(model.policy)
-    frames = config.n_envs * model.n_steps
-    collector: BaseCollector
-    if config.collector == "multisync":
-        collector = MultiSyncCollector(
-            makers, policy, frames_per_batch=frames, total_frames=-1, num_threads=config.threads
-        )
-        collector.set_seed(config.seed)
-        collector.reset()  # set_seed reseeds the envs but keeps the step (and mask) each worker holds: start anew
-    else:  # seeded before the Collector resets it, so that the first episodes are seeded too
-        envs = SerialEnv(config.n_envs, makers)
-        envs.set_seed(config.seed)
-        collector = Collector(envs, policy, frames_per_batch=frames, total_frames=-1)
-    return collector
 
 
 @dataclass(frozen=True)
@@ -294,11 +274,13 @@ def _learn(config: TrainConfig, model: Any, monitor_dir: Path, callbacks: list[B
     if config.collector is None:
         model.learn(config.n_timesteps, callbacks, progress_bar=config.progress_bar, reset_num_timesteps=not continuing)
     else:
-        collector = _make_collector(config, model, monitor_dir)
-        learn_from_collector(
-            model, collector, config.n_timesteps, callbacks, progress_bar=config.progress_bar,
-            reset_num_timesteps=not continuing,
-        )  # fmt: skip
+        collector = make_collector(config, model, monitor_dir)
+        try:
+            model.learn(config.n_timesteps, callbacks, progress_bar=config.progress_bar,
+                        reset_num_timesteps=not continuing, collector=collector)  # fmt: skip
+        finally:  # learn() shuts it down itself, but not a collector it refused before starting
+            if not was_shut_down(collector):
+                shutdown_collector(collector)
 
 
 def _make_env(config: TrainConfig, monitor_dir: Path) -> VecEnv:

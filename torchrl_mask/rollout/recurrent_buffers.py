@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Generator, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -62,6 +62,10 @@ from tensordict.utils import NestedKey
 from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.batches import batch_states
 from torchrl_mask.rollout.masks import mask_spec
+from torchrl_mask.rollout.recurrent_samples import (
+    MaskableRecurrentDictRolloutBufferSamples,
+    MaskableRecurrentRolloutBufferSamples,
+)
 from torchrl_mask.rollout.sb3_arrays import FlatArray, SB3Array, to_numpy
 from torchrl_mask.rollout.sequences import (
     PaddedRows,
@@ -90,41 +94,6 @@ STATE_KEYS: tuple[NestedKey, ...] = tuple(
 
 
 _BUFFER, _DICT_BUFFER = "MaskableRecurrentRolloutBuffer", "MaskableRecurrentDictRolloutBuffer"  # for the errors
-
-
-class MaskableRecurrentRolloutBufferSamples(NamedTuple):
-    """A minibatch of whole sequences: sb3-contrib's ``RecurrentRolloutBufferSamples`` and ``action_masks``.
-
-    Every tensor's batch dimension is ``n_seq * max_length`` (padded sequences, flattened in order); the LSTM
-    states are each sequence's first, ``(n_lstm_layers, n_seq, lstm_hidden_size)``; ``action_masks`` is
-    ``(n_seq * max_length, mask_dims)`` float32.
-    """
-
-    observations: torch.Tensor
-    actions: torch.Tensor
-    old_values: torch.Tensor
-    old_log_prob: torch.Tensor
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    lstm_states: RNNStates
-    episode_starts: torch.Tensor
-    mask: torch.Tensor
-    action_masks: torch.Tensor
-
-
-class MaskableRecurrentDictRolloutBufferSamples(NamedTuple):
-    """A minibatch of whole sequences of ``Dict`` observations (a dict of tensors), with ``action_masks``."""
-
-    observations: dict[str, torch.Tensor]
-    actions: torch.Tensor
-    old_values: torch.Tensor
-    old_log_prob: torch.Tensor
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    lstm_states: RNNStates
-    episode_starts: torch.Tensor
-    mask: torch.Tensor
-    action_masks: torch.Tensor
 
 
 class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
