@@ -95,6 +95,18 @@ def test_best_yaml_reads_back_as_the_trial_and_names_the_command_that_retrains_i
     )
 
 
+def test_a_study_whose_trials_all_scored_the_same_gets_no_importance_plot_but_a_line_saying_why(
+    tmp_path: Path,
+) -> None:
+    from torchrl_mask.app.tune_outputs import write_plots
+
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(lambda trial: trial.suggest_float("learning_rate", 1e-4, 1e-2) * 0 - 200.0, n_trials=3)
+    written, skipped = write_plots(study, tmp_path)
+    assert written == ["optimization_history.png"] and sorted(p.name for p in tmp_path.iterdir()) == written
+    assert skipped == ["param_importances.png: not drawn (every completed trial scored -200: no parameter mattered)"]
+
+
 def test_a_trial_value_differs_between_masked_and_unmasked_evaluation() -> None:
     # The rl-zoo3 trap: an illegal move ends PickLegal's episode, so the same model scores lower without masks.
     model = MaskablePPO("MlpPolicy", make_masked_env(ENV), seed=0, n_steps=64, batch_size=32)

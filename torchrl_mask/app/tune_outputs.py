@@ -141,7 +141,11 @@ def write_plots(study: optuna.Study, out: Path) -> tuple[list[str], list[str]]:
     from optuna.visualization import matplotlib as optuna_plots
 
     written, skipped = [], []
+    values = {trial.value for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))}
     for name, function in PLOTS.items():
+        if function == "plot_param_importances" and len(values) == 1:  # Optuna would warn and draw equal bars
+            skipped.append(f"{name}: not drawn (every completed trial scored {values.pop():g}: no parameter mattered)")
+            continue
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
