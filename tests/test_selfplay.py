@@ -28,7 +28,7 @@ from torchrl_mask import MaskablePPO, MaskableRolloutBuffer, SeatEnv, SelfPlayPo
 from torchrl_mask.app.cli import main
 from torchrl_mask.app.run_folder import LOCK
 from torchrl_mask.games.players import one_ply_heuristic, random_legal
-from torchrl_mask.games.selfplay import pack_rows, seat_transitions
+from torchrl_mask.games.seat_split import pack_rows, seat_transitions
 
 # Moves 0-4: X wins on the top row (O's loss arrives on X's move); 5-13: a draw; 14-16: a game the rollout cuts
 # after X's move.

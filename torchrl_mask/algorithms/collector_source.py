@@ -39,7 +39,14 @@ from torchrl_mask.torchrl.workers import shutdown as shutdown_collector
 if TYPE_CHECKING:
     from sb3_contrib import MaskablePPO
 
-__all__ = ["DEFAULT_BATCH_TIMEOUT", "CollectorRollout", "check_masks_kept", "learn_through", "release_refused"]
+__all__ = [
+    "DEFAULT_BATCH_TIMEOUT",
+    "CollectorRollout",
+    "check_masks_kept",
+    "learn_through",
+    "release_refused",
+    "rollout_reader",
+]
 
 _M = TypeVar("_M")
 
@@ -258,7 +265,8 @@ def learn_through(
     for the next ``learn`` to continue.
 
     :param model: the model that learns (``MaskablePPO`` or ``MaskableRecurrentPPO``).
-    :param reader: the source class, :class:`CollectorRollout` or a subclass.
+    :param reader: the model's own source class, :class:`CollectorRollout` or a subclass; a collector policy that
+        names a ``rollout_reader`` of its own (a self-play policy reads its batches seat by seat) is read by that.
     :param collector: the TorchRL collector.
     :param learn: runs the model's SB3 ``learn`` loop and returns the model.
     :param observation_keys: as :class:`CollectorRollout` takes it.
@@ -267,11 +275,13 @@ def learn_through(
     :param use_masking: as :class:`CollectorRollout` takes it.
     :param shutdown: shut the collector down when done.
     :return: what ``learn`` returned.
-    :raises TypeError: the source refused the collector (see :class:`CollectorRollout`).
+    :raises TypeError: the source refused the collector (see :class:`CollectorRollout`), or the collector's
+        policy names a ``rollout_reader`` that is no :class:`CollectorRollout`.
     :raises ValueError: the source refused the collector (see :class:`CollectorRollout`).
     :raises RuntimeError: the source refused the collector (see :class:`CollectorRollout`).
     """
     try:
+        reader = rollout_reader(getattr(collector, "policy", None), reader)
         source = reader(model, collector, observation_keys, reward_key, batch_timeout, use_masking,
                         previous=model._kept_collector_rollout)  # fmt: skip
     except (TypeError, ValueError, RuntimeError) as refusal:
@@ -316,3 +326,20 @@ class _StepLocals:
         return [
             {"episode": self._episodes[env, t]} if (env, t) in self._episodes else {} for env in range(self._n_envs)
         ]
+
+
+def rollout_reader(policy: Any, default: type[CollectorRollout]) -> type[CollectorRollout]:
+    """The reader of a collector's batches: the one its policy module names (``rollout_reader``), else ``default``.
+
+    :param policy: the collector's policy module (None for a ``policy_factory``).
+    :param default: the model's own reader.
+    :return: a :class:`CollectorRollout` subclass.
+    :raises TypeError: the policy names something that is not one.
+    """
+    reader = getattr(policy, "rollout_reader", default)
+    if not (isinstance(reader, type) and issubclass(reader, CollectorRollout)):
+        raise TypeError(
+            f"The collector's policy names rollout_reader={reader!r}; it must be a subclass of "
+            "torchrl_mask.algorithms.collector_source.CollectorRollout (or leave it out to read batches step by step)."
+        )
+    return reader

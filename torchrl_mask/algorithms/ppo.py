@@ -49,7 +49,6 @@ from torchrl_mask.algorithms.collector_source import (
     DEFAULT_BATCH_TIMEOUT,
     CollectorRollout,
     learn_through,
-    release_refused,
 )
 from torchrl_mask.algorithms.minibatches import check_minibatches
 from torchrl_mask.algorithms.predict_masks import UnmaskedPredictWarning, predict_masks
@@ -201,18 +200,12 @@ class MaskablePPO(_SB3ContribMaskablePPO):
         if collector is None:
             return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps,
                                  use_masking, progress_bar)  # fmt: skip
-        # The collector's policy module may name the reader of its batches (a self-play policy reads seat by seat);
-        # a refusal leaves the collector as it was (but for a RayCollector's actors, which hold the cluster's
-        # resources); from there on it is shut down when learn ends, unless shutdown is False.
-        try:
-            reader = _rollout_reader(getattr(collector, "policy", None))
-        except TypeError as refusal:
-            release_refused(collector, refusal)
         run = lambda: super(MaskablePPO, self).learn(  # noqa: E731
             total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, use_masking, progress_bar
         )
-        return learn_through(self, reader, collector, run, observation_keys=observation_keys, reward_key=reward_key,
-                             batch_timeout=batch_timeout, use_masking=use_masking, shutdown=shutdown)  # fmt: skip
+        return learn_through(self, CollectorRollout, collector, run, observation_keys=observation_keys,
+                             reward_key=reward_key, batch_timeout=batch_timeout, use_masking=use_masking,
+                             shutdown=shutdown)  # fmt: skip
 
     def collect_rollouts(
         self,
@@ -255,20 +248,3 @@ class MaskablePPO(_SB3ContribMaskablePPO):
     def _excluded_save_params(self) -> list[str]:
         # The VecEnv mask reader belongs to the env, which is not saved either.
         return [*super()._excluded_save_params(), "_vec_env_masks", "_collector_rollout", "_kept_collector_rollout"]
-
-
-def _rollout_reader(policy: Any) -> type[CollectorRollout]:
-    """The reader of a collector's batches: the one its policy module names (``rollout_reader``), else the plain
-    :class:`~torchrl_mask.algorithms.collector_source.CollectorRollout`.
-
-    :param policy: the collector's policy module (None for a ``policy_factory``).
-    :return: a :class:`~torchrl_mask.algorithms.collector_source.CollectorRollout` subclass.
-    :raises TypeError: the policy names something that is not one.
-    """
-    reader = getattr(policy, "rollout_reader", CollectorRollout)
-    if not (isinstance(reader, type) and issubclass(reader, CollectorRollout)):
-        raise TypeError(
-            f"The collector's policy names rollout_reader={reader!r}; it must be a subclass of "
-            "torchrl_mask.algorithms.collector_source.CollectorRollout (or leave it out to read batches step by step)."
-        )
-    return reader

@@ -6,7 +6,7 @@ of batch ``[N]``: one policy forward for all of them, each game stepping on the 
 by TorchRL's partial reset (the ``"_reset"`` entry its collectors write where ``done``). Without ``n_games`` the
 env holds one game and its batch is ``()``. Each step is one move in each game by the seat to move there, and
 carries what a self-play rollout needs to split the games into one trajectory per seat
-(:func:`torchrl_mask.games.selfplay.seat_transitions`); per game:
+(:func:`torchrl_mask.games.seat_split.seat_transitions`); per game:
 
 - ``"observation"``, ``"action_mask"`` (bool ``(n_actions,)``): the mover's own view and its legal moves, under the
   keys :class:`~torchrl_mask.MaskablePolicyModule` reads, so one shared policy plays every seat;

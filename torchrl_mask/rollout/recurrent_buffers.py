@@ -25,10 +25,9 @@ split, padding and sequence masks under one numpy seed, :mod:`torchrl_mask.rollo
 gather from a flat view of the storage: no flattened copy of the rollout. The masks are padded with ones (the
 padded steps are left out of the loss by ``mask``).
 
-SB3's array names (``observations``, ``actions``, ``values``, ``log_probs``, ``advantages``, ``returns``,
-``episode_starts``, ``action_masks``, ``hidden_states_pi`` ...) are numpy arrays of the storage in the layout
-sb3-contrib's buffer has once ``get`` ran (and ``RecurrentPPO.train`` reads): env-major flat,
-``(n_envs * buffer_size, ...)``; ``rewards`` keeps SB3's ``(buffer_size, n_envs)``.
+SB3's array names (``observations``, ``actions``, ``episode_starts``, ``hidden_states_pi`` ...) are numpy arrays of
+the storage in the layout ``RecurrentPPO.train`` reads: env-major flat, ``(n_envs * buffer_size, ...)``;
+``rewards`` keeps SB3's ``(buffer_size, n_envs)``.
 
 >>> import numpy as np, torch
 >>> from gymnasium import spaces
@@ -63,6 +62,7 @@ from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.batches import batch_states
 from torchrl_mask.rollout.masks import mask_spec
 from torchrl_mask.rollout.recurrent_samples import (
+    SCALAR_FIELDS,
     MaskableRecurrentDictRolloutBufferSamples,
     MaskableRecurrentRolloutBufferSamples,
 )
@@ -157,7 +157,7 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
         self._rollout = TensorDictRollout(self._allocate(), observation_space, action_space)
         # The state leaves viewed time-major, (T, n_envs, n_lstm_layers, hidden): step t's slot of each is [t].
         self._state_slots = [self.tensordict.get(key).transpose(0, 1) for key in STATE_KEYS]
-        self._env_change = env_changes(n_envs, buffer_size)
+        self._env_change = self._sequence_cuts = env_changes(n_envs, buffer_size)
         self.reset()
 
     @staticmethod
@@ -183,6 +183,7 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
         """Start a new rollout: ``pos`` back to 0, ``full`` False; the storage is reused, not reallocated."""
         BaseBuffer.reset(self)
         self.pending_masks = None
+        self._sequence_cuts = self._env_change
 
     def add(  # type: ignore[override]
         self,
@@ -261,10 +262,15 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
         observation_keys: Sequence[NestedKey] | None = None,
         reward_key: NestedKey = st.NEXT_REWARD,
         episode_starts: torch.Tensor | np.ndarray | None = None,
+        sequence_starts: torch.Tensor | np.ndarray | None = None,
     ) -> None:
         """Fill the whole rollout from one TorchRL collector batch and compute GAE, as
         :meth:`torchrl_mask.MaskableRolloutBuffer.extend` does (a truncated step bootstraps from
         ``("next", "state_value")``), with the LSTM states each step started from.
+
+        ``sequence_starts`` cuts sequences where no episode starts, for rows that lay several trajectories end to
+        end (self-play's seats, :mod:`torchrl_mask.games.recurrent_selfplay`): there the LSTM restarts from the
+        stored state (not zeros, as at an episode start), as sb3-contrib's does at each env's first step.
 
         :param batch: a collector batch ``(n_envs, buffer_size)`` (or flat env-major) with the keys
             :mod:`torchrl_mask.rollout.batches` lists and the states under :data:`STATE_KEYS`, each
@@ -274,6 +280,8 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
         :param reward_key: where the reward is, ``(*B, 1)``.
         :param episode_starts: whether each env's first step begins an episode, ``(n_envs,)``; used only when the
             batch has no ``"is_init"``.
+        :param sequence_starts: bool ``(n_envs, buffer_size)``, where a sequence starts from its stored state;
+            None: only at each env's first step and the episode starts, as sb3-contrib cuts them.
         :raises RuntimeError: the buffer already holds steps (call ``reset()`` first).
         :raises ValueError: as ``MaskableRolloutBuffer.extend``, or a state missing or of the wrong shape. Nothing
             is written on any error.
@@ -286,7 +294,15 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
         _, layers, _, hidden = self.hidden_state_shape
         states = batch_states(batch, STATE_KEYS, (layers, hidden))
         keys = {"observation_keys": observation_keys, "reward_key": reward_key, "episode_starts": episode_starts}
+        cuts = self._env_change
+        if sequence_starts is not None:
+            starts = np.asarray(to_numpy(torch.as_tensor(sequence_starts)), dtype=bool)
+            if starts.size != cuts.size:
+                raise ValueError(f"sequence_starts has shape {starts.shape}; give one flag per step, (n_envs="
+                                 f"{self.n_envs}, buffer_size={self.buffer_size}).")  # fmt: skip
+            cuts = cuts | starts.reshape(cuts.shape)
         self._rollout.write_batch(batch, check_masks=True, check_values=True, **keys)
+        self._sequence_cuts = cuts
         for key, state in zip(STATE_KEYS, states, strict=True):
             self.tensordict.get(key).copy_(state.reshape(self.tensordict.get(key).shape))
         self._rollout.advantage(self.gamma, self.gae_lambda, "loop", truncations=True)
@@ -306,7 +322,7 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
             )
         total = self.buffer_size * self.n_envs
         for batch_inds in minibatch_orders(split_order(total), total if batch_size is None else batch_size):
-            yield self._get_samples(batch_inds, self._env_change)
+            yield self._get_samples(batch_inds, self._sequence_cuts)
 
     def _get_samples(self, batch_inds: np.ndarray, env_change: np.ndarray, env: Any = None) -> Any:  # type: ignore[override]
         """The minibatch of the given env-major flat rows, cut into padded sequences (sb3-contrib's hook).
@@ -321,7 +337,7 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
         flat = self._flat_leaves()
         obs = [gather_padded(leaf, cut) for leaf in flat["observations"]]
         states = [self._start_states(leaf, cut) for leaf in flat["states"]]
-        padded = {name: gather_padded(flat[name], cut, dtype=torch.float32) for name in _SCALARS}
+        padded = {name: gather_padded(flat[name], cut, dtype=torch.float32) for name in SCALAR_FIELDS}
         self.last_action_masks = gather_padded(flat["action_masks"], cut, 1.0, torch.float32)
         return self._samples_type(
             observations=self._rollout.layout.pack(obs),
@@ -340,22 +356,12 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
     def _flat_leaves(self) -> dict[str, Any]:
         """The leaves as env-major flat views ``(n_envs * buffer_size, ...)``: no copy."""
         total, rollout = self.buffer_size * self.n_envs, self._rollout
-        flat: dict[str, Any] = {name: rollout.leaves[key].reshape(total) for name, key in _SCALARS.items()}
+        flat: dict[str, Any] = {name: rollout.leaves[key].reshape(total) for name, key in SCALAR_FIELDS.items()}
         flat["observations"] = [leaf.reshape(total, *leaf.shape[2:]) for leaf in rollout.observations]
         flat["actions"] = rollout.leaves[st.ACTION].reshape(total, -1)
         flat["action_masks"] = rollout.leaves[st.ACTION_MASK].reshape(total, -1)
         flat["states"] = [self.tensordict.get(key).reshape(total, *self.hidden_state_shape[1::2]) for key in STATE_KEYS]
         return flat
-
-
-# The (n_envs, T, 1) scalar leaves of the samples, by namedtuple field.
-_SCALARS: dict[str, NestedKey] = {
-    "old_values": st.VALUE,
-    "old_log_prob": st.LOG_PROB,
-    "advantages": st.ADVANTAGE,
-    "returns": st.VALUE_TARGET,
-    "episode_starts": st.IS_INIT,
-}
 
 
 class MaskableRecurrentDictRolloutBuffer(MaskableRecurrentRolloutBuffer):

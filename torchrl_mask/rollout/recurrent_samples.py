@@ -8,8 +8,20 @@ from typing import NamedTuple
 
 import torch
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
+from tensordict.utils import NestedKey
 
-__all__ = ["MaskableRecurrentDictRolloutBufferSamples", "MaskableRecurrentRolloutBufferSamples"]
+from torchrl_mask.rollout import storage as st
+
+__all__ = ["SCALAR_FIELDS", "MaskableRecurrentDictRolloutBufferSamples", "MaskableRecurrentRolloutBufferSamples"]
+
+#: The samples' scalar fields, each gathered from one ``(n_envs, T, 1)`` leaf of the rollout.
+SCALAR_FIELDS: dict[str, NestedKey] = {
+    "old_values": st.VALUE,
+    "old_log_prob": st.LOG_PROB,
+    "advantages": st.ADVANTAGE,
+    "returns": st.VALUE_TARGET,
+    "episode_starts": st.IS_INIT,
+}
 
 
 class MaskableRecurrentRolloutBufferSamples(NamedTuple):
