@@ -100,11 +100,11 @@ BAD_INPUT = {
     "tensorboard_log_is_a_file": (["train", "--tensorboard-log", "pyproject.toml"], "--tensorboard-log pyproject"),
 }
 
-# --algo ppo_lstm_mask: what the recurrent model does not have yet, refused by name.
+# --algo ppo_lstm_mask: a policy without an LSTM, refused by name (in self-play too).
 BAD_INPUT |= {
-    "recurrent_self_play": (
-        ["train", "--algo", "ppo_lstm_mask", "--env", "pettingzoo:tictactoe_v3"],
-        "self-play trains MaskablePPO only for now",
+    "recurrent_self_play_with_a_feedforward_policy": (
+        ["train", "--algo", "ppo_lstm_mask", "--env", "pettingzoo:tictactoe_v3", "--hyperparams", "policy=MlpPolicy"],
+        "use policy=MlpLstmPolicy",
     ),
     "recurrent_with_a_feedforward_policy": (
         ["train", "--algo", "ppo_lstm_mask", "--hyperparams", "policy=MlpPolicy"],

@@ -141,7 +141,7 @@ def test_a_missing_file_a_non_model_or_another_games_model_is_refused_in_one_lin
     cases = {
         str(tmp_path / "missing.zip"): "no such file",
         str(not_a_zip): re.escape("not a saved model (not a zip file)"),
-        str(other_zip): "not a saved MaskablePPO model",
+        str(other_zip): "not a saved MaskablePPO or MaskableRecurrentPPO model",
         str(models["connect_four_v3"]): r"trained on observations \(6, 7, 2\) with 7 moves, but tictactoe_v3 has",
     }
     for path, problem in cases.items():

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
     from torchrl_mask.games.env import TurnBasedEnv
     from torchrl_mask.games.network import BoardCNN
+    from torchrl_mask.games.recurrent_selfplay import RecurrentSelfPlayPolicy
     from torchrl_mask.games.seat_env import SeatEnv
     from torchrl_mask.games.selfplay import SelfPlayPolicy
     from torchrl_mask.rollout.buffers import (
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from torchrl_mask.torchrl.envs import ActionMaskInInfo, ActionMaskInObservation, masked_gym_env
     from torchrl_mask.torchrl.nested import FlattenNestedDict
     from torchrl_mask.torchrl.policy import MaskablePolicyModule
+    from torchrl_mask.torchrl.recurrent_policy import MaskableRecurrentPolicyModule
 
 __version__ = "0.1.0"
 
@@ -44,12 +46,14 @@ _HOMES = {
     "BoardCNN": "torchrl_mask.games.network",
     "SeatEnv": "torchrl_mask.games.seat_env",
     "SelfPlayPolicy": "torchrl_mask.games.selfplay",
+    "RecurrentSelfPlayPolicy": "torchrl_mask.games.recurrent_selfplay",
     "TurnBasedEnv": "torchrl_mask.games.env",
     "ActionMaskInInfo": "torchrl_mask.torchrl.envs",
     "ActionMaskInObservation": "torchrl_mask.torchrl.envs",
     "CollectorFailed": "torchrl_mask.algorithms.collectors",
     "FlattenNestedDict": "torchrl_mask.torchrl.nested",
     "MaskablePolicyModule": "torchrl_mask.torchrl.policy",
+    "MaskableRecurrentPolicyModule": "torchrl_mask.torchrl.recurrent_policy",
     "learn_from_collector": "torchrl_mask.algorithms.collectors",
     "masked_gym_env": "torchrl_mask.torchrl.envs",
 }
@@ -65,8 +69,10 @@ __all__ = [
     "MaskablePPO",
     "MaskablePolicyModule",
     "MaskableRecurrentPPO",
+    "MaskableRecurrentPolicyModule",
     "MaskableRolloutBuffer",
     "MaskableRolloutBufferSamples",
+    "RecurrentSelfPlayPolicy",
     "SeatEnv",
     "SelfPlayPolicy",
     "TurnBasedEnv",

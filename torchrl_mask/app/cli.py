@@ -246,8 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "bench",
         add_help=False,  # every argument after `bench`, --help included, belongs to the benchmark
-        help="benchmark torchrl_mask against sb3-contrib: the buffers, `bench learn` for whole learn() calls, or "
-        "`bench selfplay` for self-play against the game's own speed (arguments go to the benchmark; try bench --help)",
+        help="benchmark torchrl_mask against sb3-contrib: the buffers, `bench learn` for whole learn() calls, "
+        "`bench selfplay` for self-play against the game's own speed, or `bench memory` for self-play with an LSTM "
+        "against without (arguments go to the benchmark; try bench --help)",
     )
     return parser
 
@@ -255,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _hyperparams_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The file's entry for the env (or the built-in defaults), then ``--hyperparams`` over it, rl-zoo3's order."""
     game = args.env.startswith(GAME_PREFIX)
-    built_in = game_hyperparams(args.env) if game else dict(DEFAULT_HYPERPARAMS)
+    built_in = game_hyperparams(args.env, args.algo) if game else dict(DEFAULT_HYPERPARAMS)
     hyperparams = built_in if args.conf_file is None else load_conf_file(args.conf_file, args.env)
     overrides = check_hyperparams(dict(args.hyperparams), "--hyperparams")
     if args.conf_file is None and "batch_size" not in overrides and not game:  # built-in: a quarter of the rollout

@@ -332,27 +332,10 @@ def check_config(config: TrainConfig) -> Path:
 
     :param config: the run's configuration.
     :return: the output folder (:meth:`TrainConfig.output_dir`).
-    :raises UsageError: a minibatch of one row (:func:`check_minibatches`), an option the algorithm lacks
-        (:func:`check_algo`), or what :func:`check_paths` raises.
+    :raises UsageError: a minibatch of one row (:func:`check_minibatches`), or what :func:`check_paths` raises.
     """
-    check_algo(config)
     check_pool_size(config.pool_size)
     hyperparams = config.hyperparams  # MaskablePPO's defaults where the run gives none
     n_steps, batch_size = hyperparams.get("n_steps", 2048), hyperparams.get("batch_size", 64)
     check_minibatches(n_steps, config.n_envs, batch_size, hyperparams.get("normalize_advantage", True))
     return check_paths(config)
-
-
-def check_algo(config: TrainConfig) -> None:
-    """Refuse the options ``--algo ppo_lstm_mask`` does not have yet, naming what to do instead.
-
-    :param config: the run's configuration.
-    :raises UsageError: a ``pettingzoo:`` game (self-play trains MaskablePPO).
-    """
-    if config.algo != "ppo_lstm_mask":
-        return
-    if config.env_id.startswith("pettingzoo:"):
-        raise UsageError(
-            f"--algo ppo_lstm_mask with --env {config.env_id}: self-play trains MaskablePPO only for now; drop --algo "
-            "(or pick a gymnasium env for the recurrent model)."
-        )

@@ -8,7 +8,14 @@ from typing import Any
 
 from torchrl_mask.app.hyperparams import UsageError
 
-__all__ = ["GAME_HYPERPARAMS", "GAME_PREFIX", "POOL_SIZE_MAX", "check_pool_size", "game_hyperparams"]
+__all__ = [
+    "GAME_HYPERPARAMS",
+    "GAME_PREFIX",
+    "LSTM_GAME_KWARGS",
+    "POOL_SIZE_MAX",
+    "check_pool_size",
+    "game_hyperparams",
+]
 
 # The largest --pool-size: every snapshot is a full copy of the policy's weights, made at once (in every worker
 # process too, with --collector multisync), and a game draws its opponent from all of them; past a few dozen,
@@ -55,14 +62,23 @@ GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
 GAME_PREFIX = "pettingzoo:"
 
 
-def game_hyperparams(env_id: str) -> dict[str, Any]:
+#: What ``--algo ppo_lstm_mask`` adds to a game's ``policy_kwargs``: a smaller LSTM than sb3-contrib's 256 units
+#: (a seat's view of these games is small, and every move of a rollout runs the LSTM one step).
+LSTM_GAME_KWARGS: dict[str, Any] = {"lstm_hidden_size": 64}
+
+
+def game_hyperparams(env_id: str, algo: str = "ppo_mask") -> dict[str, Any]:
     """The self-play defaults of a ``pettingzoo:<game>`` env id (:data:`GAME_HYPERPARAMS`).
 
     :param env_id: ``"pettingzoo:connect_four_v3"``.
+    :param algo: ``"ppo_mask"``, or ``"ppo_lstm_mask"`` (:data:`LSTM_GAME_KWARGS` added to ``policy_kwargs``).
     :return: a copy of the game's entry, or of ``"default"``.
     """
     name = env_id.removeprefix(GAME_PREFIX)
-    return dict(GAME_HYPERPARAMS.get(name, GAME_HYPERPARAMS["default"]))
+    entry = dict(GAME_HYPERPARAMS.get(name, GAME_HYPERPARAMS["default"]))
+    if algo == "ppo_lstm_mask":
+        entry["policy_kwargs"] = {**entry["policy_kwargs"], **LSTM_GAME_KWARGS}
+    return entry
 
 
 def check_pool_size(pool_size: int) -> None:

@@ -5,7 +5,8 @@ view (:func:`torchrl_mask.games.text.view_text`: the board, or their hand, the p
 legal moves by name, and reads a move (a cell 0-8 for tic-tac-toe, a column 1-7 for Connect Four, ``d4``/``pass``
 for go, UCI ``e2e4`` for chess, ``call``/``raise``/``fold``/``check`` for the hold'em games, or any move's index); an
 illegal or malformed move is refused with the legal list, and asked again. The model moves with its masks
-(``predict(..., action_masks=mask, deterministic=True)``). At the end it says who won (the chips won, for the
+(``predict(..., action_masks=mask, deterministic=True)``; an LSTM model, ``MaskableRecurrentPPO``'s, carries its
+state from one of its moves to the next). At the end it says who won (the chips won, for the
 hold'em games: big blinds in the limit games, chips in no-limit, as the game rewards them; the team's score for
 hanabi). End of input or Ctrl-C leaves the game with one line.
 
@@ -62,16 +63,24 @@ def check_model_file(path: Path) -> Path:
 
 
 def _load(config: PlayConfig, game: Any) -> Any:
-    """The saved model, if it was trained on this game's observations and moves."""
+    """The saved model (MaskablePPO, or MaskableRecurrentPPO for an LSTM policy), if it was trained on this game's
+    observations and moves."""
+    from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
+    from stable_baselines3.common.save_util import load_from_zip_file
+
     from torchrl_mask.algorithms.ppo import MaskablePPO
+    from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
     from torchrl_mask.games.env import game_spaces
 
     try:
-        model = MaskablePPO.load(config.model_path, device="cpu")
+        data, _, _ = load_from_zip_file(config.model_path, device="cpu", print_system_info=False)
+        policy_class = (data or {}).get("policy_class")
+        recurrent = isinstance(policy_class, type) and issubclass(policy_class, RecurrentActorCriticPolicy)
+        model = (MaskableRecurrentPPO if recurrent else MaskablePPO).load(config.model_path, device="cpu")
     except Exception as err:  # a zip that is not an SB3 model raises whatever its contents make SB3 raise
         raise UsageError(
-            f"-i {config.model_path}: not a saved MaskablePPO model ({type(err).__name__}: {err}); pass the "
-            "model.zip a `torchrl-mask train` run saved."
+            f"-i {config.model_path}: not a saved MaskablePPO or MaskableRecurrentPPO model ({type(err).__name__}: "
+            f"{err}); pass the model.zip a `torchrl-mask train` run saved."
         ) from None
     try:
         observation_space, action_space = game_spaces(game)
@@ -106,12 +115,12 @@ def _ask(game: Any, agent: str, read: Callable[[str], str], out: TextIO) -> int:
             out.write(f"{err}. Try again.\n")
 
 
-def _model_move(model: Any, game: Any, observation: dict[str, Any], agent: str, out: TextIO) -> int:
+def _model_move(player: Any, game: Any, observation: dict[str, Any], agent: str, out: TextIO) -> int:
     from torchrl_mask.games.text import move_names
 
     mask = np.asarray(observation["action_mask"], dtype=bool)
     view = np.ascontiguousarray(observation["observation"])  # chess flips black's view: a negative stride
-    action = int(model.predict(view, action_masks=mask, deterministic=True)[0])
+    action = player(view, mask, np.random.default_rng(0))
     out.write(f"The model plays {move_names(game, agent)[action]}.\n")
     return action
 
@@ -132,8 +141,10 @@ def _result(game_name: str, reward: float) -> str:
 
 def _game_loop(config: PlayConfig, game: Any, model: Any, read: Callable[[str], str], out: TextIO) -> float:
     """One game on the AEC loop; the person's total reward."""
+    from torchrl_mask.games.evaluation import model_player, seated
     from torchrl_mask.games.text import seat_text, view_text
 
+    player = seated(model_player(model))  # an LSTM model carries its state over its moves of the game
     seats = list(game.possible_agents)
     human = _human_seat(config, seats)
     out.write(f"You play {seat_text(game, human)}.\n")
@@ -146,7 +157,7 @@ def _game_loop(config: PlayConfig, game: Any, model: Any, read: Callable[[str], 
         elif agent == human:
             game.step(_ask(game, agent, read, out))
         else:
-            game.step(_model_move(model, game, observation, agent, out))
+            game.step(_model_move(player, game, observation, agent, out))
     out.write(f"\n{view_text(game, human)}\n")
     return total
 

@@ -99,10 +99,11 @@ def _train_game(config: TrainConfig) -> int:
     from torchrl_mask.app import selfplay_training  # the heavy imports, only now that there is something to train
 
     selfplay_training.check_game(config.env_id)
+    selfplay_training.check_policy(config)
     opponents = "pure self-play" if config.pool_size == 0 else f"against a pool of {config.pool_size} past snapshots"
     print(
-        f"Training MaskablePPO on {config.env_id} by self-play ({opponents}) for {config.n_timesteps:,} moves: "
-        f"{config.n_envs} games side by side, seed {config.seed}, device {config.device}."
+        f"Training {ALGOS[config.algo]} on {config.env_id} by self-play ({opponents}) for {config.n_timesteps:,} "
+        f"moves: {config.n_envs} games side by side, seed {config.seed}, device {config.device}."
     )
     result = selfplay_training.train(config)
     evaluation = result.evaluation

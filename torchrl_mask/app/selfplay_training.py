@@ -1,4 +1,6 @@
-"""``torchrl-mask train --env pettingzoo:<game>``: self-play MaskablePPO on a PettingZoo classic game.
+"""``torchrl-mask train --env pettingzoo:<game>``: self-play MaskablePPO (or, with ``--algo ppo_lstm_mask``,
+MaskableRecurrentPPO, each seat with its own LSTM state: :mod:`torchrl_mask.games.recurrent_selfplay`) on a
+PettingZoo classic game.
 
 One shared policy plays every seat (or, with ``pool_size``, the learner's seat against snapshots of its past
 weights), collected by TorchRL (``Collector`` over one ``TurnBasedEnv`` of ``n_envs`` games, or ``MultiSyncCollector``
@@ -23,21 +25,34 @@ from typing import Any
 import torch
 from stable_baselines3.common.vec_env import DummyVecEnv
 from torchrl.collectors import BaseCollector, Collector, MultiSyncCollector
+from torchrl.envs import EnvBase, TensorDictPrimer
 
 from torchrl_mask.algorithms.ppo import MaskablePPO
+from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
 from torchrl_mask.app import run_folder
 from torchrl_mask.app.config import TrainConfig, TrainingInterrupted, UsageError, check_config, check_device, failed
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
 from torchrl_mask.app.selfplay_files import hyperparams_used, plot_win_rates, write_curve, write_evaluation
 from torchrl_mask.app.trained_agent import check_trained_agent
-from torchrl_mask.app.training import checkpoint_files, checkpoints, model_kwargs, quiet_logger
+from torchrl_mask.app.training import ALGORITHMS, checkpoint_files, checkpoints, model_kwargs, quiet_logger
 from torchrl_mask.games.env import TurnBasedEnv, game_spaces, make_game
 from torchrl_mask.games.evaluation import EVAL_POINT_GAMES, EVAL_POINTS, WinRates, evaluate_ladder
 from torchrl_mask.games.network import with_extractor_classes
+from torchrl_mask.games.recurrent_selfplay import RecurrentSelfPlayPolicy
 from torchrl_mask.games.seat_env import SeatEnv
 from torchrl_mask.games.selfplay import SelfPlayPolicy
 
-__all__ = ["SelfPlayResult", "build_collector", "build_model", "check_game", "plot_win_rates", "train"]
+Model = MaskablePPO | MaskableRecurrentPPO
+
+__all__ = [
+    "SelfPlayResult",
+    "build_collector",
+    "build_model",
+    "check_game",
+    "check_policy",
+    "plot_win_rates",
+    "train",
+]
 
 
 @dataclass
@@ -52,25 +67,39 @@ class SelfPlayResult:
     :param files: the names of the files written in ``out``.
     """
 
-    model: MaskablePPO
+    model: Model
     out: Path
     evaluation: dict[str, Any]
     curve: list[dict[str, Any]]
     files: list[str]
 
 
-def build_collector(config: TrainConfig, model: MaskablePPO, game: str, pool_size: int) -> BaseCollector:
+def _game_env(game: str, pool_size: int, n_games: int | None, primer: TensorDictPrimer | None) -> EnvBase:
+    """One :class:`~torchrl_mask.TurnBasedEnv` (in a worker process with ``multisync``), with the LSTM policy's
+    primer appended when there is one (every seat's states in its specs)."""
+    env = TurnBasedEnv(game, pool_size, n_games=n_games)
+    return env if primer is None else env.append_transform(primer)
+
+
+def build_collector(config: TrainConfig, model: Model, game: str, pool_size: int) -> BaseCollector:
     """The run's TorchRL collector: one :class:`~torchrl_mask.TurnBasedEnv` of ``n_envs`` games in this process,
     or ``n_envs`` worker processes (``collector="multisync"``), running :class:`~torchrl_mask.SelfPlayPolicy`.
 
     :param config: the run (``n_envs``, ``collector``, ``threads``, ``seed``).
-    :param model: the model that learns.
+    :param model: the model that learns (MaskablePPO, or MaskableRecurrentPPO: :class:`RecurrentSelfPlayPolicy`).
     :param game: the game's name.
     :param pool_size: snapshots of past weights the learner plays against (0: pure self-play).
     :return: a collector of ``n_envs * n_steps`` moves a batch, never ending by itself.
     """
-    makers = [partial(TurnBasedEnv, game, pool_size)] * config.n_envs
-    policy = SelfPlayPolicy(model.policy, pool_size=pool_size)
+    policy: SelfPlayPolicy
+    primer = None
+    if isinstance(model, MaskableRecurrentPPO):
+        n_seats = len(make_game(game).possible_agents)
+        policy = RecurrentSelfPlayPolicy(model.policy, n_seats, pool_size=pool_size)
+        primer = policy.make_tensordict_primer()
+    else:
+        policy = SelfPlayPolicy(model.policy, pool_size=pool_size)
+    makers = [partial(_game_env, game, pool_size, None, primer)] * config.n_envs
     frames = config.n_envs * model.n_steps
     if config.collector == "multisync":
         collector: BaseCollector = MultiSyncCollector(makers, policy, frames_per_batch=frames, total_frames=-1,
@@ -78,23 +107,24 @@ def build_collector(config: TrainConfig, model: MaskablePPO, game: str, pool_siz
         collector.set_seed(config.seed)
         collector.reset()
         return collector
-    games = TurnBasedEnv(game, pool_size, n_games=config.n_envs)  # one env, one policy forward for all games
+    games = _game_env(game, pool_size, config.n_envs, primer)  # one env, one policy forward for all games
     games.set_seed(config.seed)
     return Collector(games, policy, frames_per_batch=frames, total_frames=-1)
 
 
-def build_model(config: TrainConfig, game: str, device: str) -> MaskablePPO:
-    """A new model, or the ``-i`` model with the run's hyperparameters applied (its policy kept), built on one seat
-    of the game (:class:`~torchrl_mask.SeatEnv`) for its spaces.
+def build_model(config: TrainConfig, game: str, device: str) -> Model:
+    """A new model of ``config.algo``, or the ``-i`` model with the run's hyperparameters applied (its policy
+    kept), built on one seat of the game (:class:`~torchrl_mask.SeatEnv`) for its spaces.
 
-    :param config: the run (``hyperparams``, ``seed``, ``trained_agent``, ...).
+    :param config: the run (``algo``, ``hyperparams``, ``seed``, ``trained_agent``, ...).
     :param game: the game's name.
     :param device: the torch device.
     :return: the model.
     """
-    policy = config.hyperparams.get("policy", "MlpPolicy")
+    algorithm = ALGORITHMS[config.algo]
+    policy = check_policy(config)
     hyperparams = {key: value for key, value in config.hyperparams.items() if key not in ("policy", "pool_size")}
-    kwargs = model_kwargs(hyperparams, policy)
+    kwargs = model_kwargs(hyperparams, policy, config.algo)
     if "policy_kwargs" in kwargs:  # the defaults name the board network as text (config imports no torch)
         kwargs["policy_kwargs"] = with_extractor_classes(kwargs["policy_kwargs"])
     tensorboard_log = None if config.tensorboard_log is None else str(config.tensorboard_log)
@@ -103,9 +133,9 @@ def build_model(config: TrainConfig, game: str, device: str) -> MaskablePPO:
     env = DummyVecEnv([partial(SeatEnv, game)])
     if config.trained_agent is not None:  # SB3's load sets the keyword arguments, then rebuilds schedules
         kwargs.pop("policy_kwargs", None)
-        model = MaskablePPO.load(config.trained_agent, env=env, **common, **kwargs)
+        model = algorithm.load(config.trained_agent, env=env, **common, **kwargs)
     else:
-        model = MaskablePPO(policy, env, **common, **kwargs)
+        model = algorithm(policy, env, **common, **kwargs)
     if tensorboard_log is None:
         quiet_logger(model, config)
     return model
@@ -126,19 +156,39 @@ def check_game(env_id: str) -> str:
     return env_id.removeprefix("pettingzoo:")
 
 
+def check_policy(config: TrainConfig) -> str:
+    """The SB3 policy self-play builds: ``MlpPolicy`` (an LSTM's with ``--algo ppo_lstm_mask``), the board games
+    reading their board through the features extractor of their defaults.
+
+    :param config: the run (``algo``, ``hyperparams``' ``policy``).
+    :return: the policy's name.
+    :raises UsageError: another policy was asked for.
+    """
+    fits = "MlpLstmPolicy" if config.algo == "ppo_lstm_mask" else "MlpPolicy"
+    policy = config.hyperparams.get("policy", fits)
+    if policy != fits:
+        raise UsageError(
+            f"policy={policy} with --algo {config.algo} on {config.env_id}: self-play builds {fits} (a board game's "
+            f"board goes through policy_kwargs' features_extractor_class); use policy={fits}, or leave it out."
+        )
+    return str(policy)
+
+
 def _check(config: TrainConfig) -> tuple[Path, str, str]:
-    """Every check before anything is written: the configuration, the device, the game, the ``-i`` model."""
+    """Every check before anything is written: the configuration, the policy, the device, the game, the ``-i``
+    model."""
+    check_policy(config)
     out = check_config(config)
     device = check_device(config.device)
     game = check_game(config.env_id)
     if config.trained_agent is not None:
         seat_env = SeatEnv(game)
-        check_trained_agent(config.trained_agent, seat_env, MaskablePPO)
+        check_trained_agent(config.trained_agent, seat_env, ALGORITHMS[config.algo])
         seat_env.close()
     return out, device, game
 
 
-def _pool_note(model: MaskablePPO, pool_size: int) -> None:
+def _pool_note(model: Model, pool_size: int) -> None:
     """Say what building the pool of snapshots costs, before it is built."""
     if pool_size:
         weights = sum(parameter.numel() for parameter in model.policy.parameters())
@@ -146,7 +196,7 @@ def _pool_note(model: MaskablePPO, pool_size: int) -> None:
         print(f"Building {pool_size} snapshots of the policy ({weights:,} weights each, {megabytes:.1f} MB in all).")
 
 
-def _learn(config: TrainConfig, model: MaskablePPO, out: Path, game: str, rates: WinRates) -> None:
+def _learn(config: TrainConfig, model: Model, out: Path, game: str, rates: WinRates) -> None:
     """Train; save the model however training ends (an interrupt, or anything that raises), then say so."""
     collector = build_collector(config, model, game, config.pool_size)
     try:  # learn() shuts the collector and its workers down, also on an interrupt or an error
@@ -163,7 +213,7 @@ def _learn(config: TrainConfig, model: MaskablePPO, out: Path, game: str, rates:
     model.save(out / "model.zip")
 
 
-def _evaluate_and_write(config: TrainConfig, model: MaskablePPO, out: Path, game: str, rates: WinRates) -> dict:
+def _evaluate_and_write(config: TrainConfig, model: Model, out: Path, game: str, rates: WinRates) -> dict:
     """The final evaluation against the game's ladder, then the files; the model is saved already."""
     try:
         evaluation = evaluate_ladder(model, game, config.eval_episodes, config.seed + EVAL_SEED_OFFSET)

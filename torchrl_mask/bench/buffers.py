@@ -17,7 +17,8 @@ existed, with glibc's dynamic mmap threshold pinned so that freed arrays go back
 
 Run it as ``torchrl-mask bench`` or ``python benchmarks/bench_buffers.py``; ``--help`` lists the options.
 ``torchrl-mask bench learn`` times whole ``MaskablePPO.learn`` calls instead (:mod:`torchrl_mask.bench.learn`);
-``torchrl-mask bench selfplay`` self-play's speeds against the game's own (:mod:`torchrl_mask.bench.selfplay`).
+``torchrl-mask bench selfplay`` self-play's speeds against the game's own (:mod:`torchrl_mask.bench.selfplay`);
+``torchrl-mask bench memory`` self-play with an LSTM against without (:mod:`torchrl_mask.bench.memory`).
 """
 
 from __future__ import annotations
@@ -316,7 +317,8 @@ def _add_how_to_run(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the tables; ``learn`` as the first argument runs the end-to-end one instead
     (:func:`torchrl_mask.bench.learn.main` with the arguments after it), ``selfplay`` the self-play speeds
-    (:func:`torchrl_mask.bench.selfplay.main`).
+    (:func:`torchrl_mask.bench.selfplay.main`), ``memory`` self-play with an LSTM against without
+    (:func:`torchrl_mask.bench.memory.main`).
 
     :param argv: command-line arguments (``--help`` lists them); None reads ``sys.argv``.
     :return: process exit code.
@@ -330,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
         from torchrl_mask.bench import selfplay as benchmark_selfplay  # PettingZoo's games and the train job
 
         return benchmark_selfplay.main(argv[1:])
+    if argv[:1] == ["memory"]:
+        from torchrl_mask.bench import memory as benchmark_memory  # two self-play train jobs and their evaluation
+
+        return benchmark_memory.main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():

@@ -4,8 +4,11 @@
 - ``selfplay``: ``SelfPlayPolicy`` (one shared policy for every seat, or the learner against past snapshots) and
   the reader that splits a collector's batch of alternating moves into each seat's trajectory
   (``SelfPlayPolicy.rollout_reader``, which ``MaskablePPO.learn(collector=...)`` uses);
+- ``seat_split``: the rules of that split (each seat's moves, its rewards up to its next move, the game's end);
+- ``recurrent_selfplay``: ``RecurrentSelfPlayPolicy``, the same for ``MaskableRecurrentPPO``, each seat with its own
+  LSTM state;
 - ``network``: ``BoardCNN``, a convolutional features extractor for channels-last boards (any MaskablePPO);
-- ``players``: fixed players, functions ``(observation, mask, rng) -> action``;
+- ``players``: fixed players, functions ``(observation, mask, rng) -> action`` (rlcard's Leduc rule agent too);
 - ``search``: players that search the game tree (perfect tic-tac-toe, Connect Four's ``negamax(depth)``);
 - ``seat_env``: ``SeatEnv``, one seat of a game as a gymnasium env against a fixed player;
 - ``ladder``: which opponents and which metric each game's evaluation has;

@@ -39,12 +39,14 @@ __all__ = [
     "EVAL_POINT_GAMES",
     "OPPONENTS",
     "GameRecord",
+    "RecurrentPlayer",
     "WinRates",
     "evaluate_games",
     "evaluate_ladder",
     "ladder_score",
     "model_player",
     "play_games",
+    "seated",
 ]
 
 OPPONENTS = ("random", "heuristic")  # the opponents of the board games' plot in app/selfplay_training.py
@@ -71,15 +73,61 @@ class GameRecord:
 def model_player(model: BaseAlgorithm) -> Player:
     """A trained model as a player: ``model.predict`` with the mask, deterministic.
 
-    :param model: a MaskablePPO (or any model whose ``predict`` takes ``action_masks=``).
+    An LSTM model (``MaskableRecurrentPPO``) gives a :class:`RecurrentPlayer`, which carries its state from one of
+    its moves to the next; :func:`play_games` seats a fresh one (:meth:`RecurrentPlayer.fresh`) in each seat of
+    each game.
+
+    :param model: a MaskablePPO or MaskableRecurrentPPO (any model whose ``predict`` takes ``action_masks=``).
     :return: the player.
     """
+    if hasattr(model.policy, "lstm_hidden_state_shape"):
+        return RecurrentPlayer(model)
 
     def player(observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
         action, _ = model.predict(observation, action_masks=mask, deterministic=True)  # type: ignore[call-arg]
         return int(np.asarray(action).reshape(()))
 
     return player
+
+
+class RecurrentPlayer:
+    """An LSTM model as a player of one seat in one game: each move feeds the state its last move returned, the
+    first starts from zeros (``episode_start``), as sb3-contrib's ``predict`` carries it.
+
+    :param model: a MaskableRecurrentPPO.
+    """
+
+    def __init__(self, model: BaseAlgorithm) -> None:
+        self.model = model
+        self.state: tuple[np.ndarray, ...] | None = None
+
+    def fresh(self) -> RecurrentPlayer:
+        """The same model with a fresh state, for a new seat or a new game."""
+        return RecurrentPlayer(self.model)
+
+    def __call__(self, observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
+        """The model's move, deterministic, its state carried to the next call.
+
+        :param observation: the seat's view.
+        :param mask: bool ``(n_actions,)``, the legal moves.
+        :param rng: unused (the model plays deterministically).
+        :return: the move.
+        """
+        start = np.array([self.state is None])
+        action, self.state = self.model.predict(observation, state=self.state, episode_start=start,  # type: ignore[call-arg]
+                                                action_masks=mask, deterministic=True)  # fmt: skip
+        return int(np.asarray(action).reshape(()))
+
+
+def seated(player: Player) -> Player:
+    """``player`` as it takes a seat in a new game: a fresh copy of a player with a state (:class:`RecurrentPlayer`),
+    the same function otherwise.
+
+    :param player: a player.
+    :return: the player for one seat of one game.
+    """
+    fresh = getattr(player, "fresh", None)
+    return fresh() if callable(fresh) else player
 
 
 def _play(game: Any, seating: list[Player], seed: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
@@ -122,7 +170,7 @@ def play_games(game: str | Any, player: Player, opponent: Player | None, games: 
     records = []
     for index in range(games):
         seat = index % n_seats
-        seating = [player if s == seat or opponent is None else opponent for s in range(n_seats)]
+        seating = [seated(player if s == seat or opponent is None else opponent) for s in range(n_seats)]
         returns, moves, illegal = _play(env, seating, int(rng.integers(SEED_RANGE)), rng)
         records.append(GameRecord(seat, returns, moves, illegal))
     return records

@@ -8,7 +8,7 @@ game                          metric     opponents                              
 ============================  =========  ===========================================  ==============================
 ``tictactoe_v3``              win_rate   random, heuristic (win/block), perfect       result (+1 win, 0, -1 loss)
 ``connect_four_v3``           win_rate   random, heuristic (win/block), negamax_2     result
-``leduc_holdem_v4``           chips      random                                       big blinds
+``leduc_holdem_v4``           chips      random, rule_v2 (rlcard's rule agent)        big blinds
 ``texas_holdem_v4``           chips      random                                       big blinds
 ``texas_holdem_no_limit_v6``  chips      random                                       chips (big blind 2)
 ``chess_v6``                  win_rate   random                                       result
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from torchrl_mask.games.players import Player, one_ply_heuristic, random_legal
+from torchrl_mask.games.players import Player, leduc_rule_v2, one_ply_heuristic, random_legal
 from torchrl_mask.games.search import negamax, perfect_tictactoe
 
 __all__ = ["DEFAULT_LADDER", "LADDERS", "SELF", "Ladder", "ladder"]
@@ -76,7 +76,12 @@ LADDERS: dict[str, Ladder] = {
     "connect_four_v3": Ladder(
         "win_rate", {"random": random_legal, "heuristic": one_ply_heuristic, "negamax_2": negamax(2)}
     ),
-    "leduc_holdem_v4": _random_only("leduc_holdem_v4", "chips", "big blinds"),
+    "leduc_holdem_v4": Ladder(
+        "chips",
+        {"random": random_legal, "rule_v2": leduc_rule_v2},
+        "big blinds",
+        missing={"heuristic": _NO_HEURISTIC.format(game="leduc_holdem_v4")},
+    ),
     "texas_holdem_v4": _random_only("texas_holdem_v4", "chips", "big blinds"),
     "texas_holdem_no_limit_v6": _random_only("texas_holdem_no_limit_v6", "chips", "chips (big blind 2)"),
     "chess_v6": _random_only("chess_v6"),

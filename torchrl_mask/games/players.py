@@ -3,6 +3,7 @@
 - :func:`random_legal`: a uniformly random legal move;
 - :func:`one_ply_heuristic`: win now if possible, else block the opponent's immediate win, else random legal
   (``tictactoe_v3`` and ``connect_four_v3``, told apart by their board's shape);
+- :func:`leduc_rule_v2`: rlcard's rule-based Leduc hold'em agent, ``LeducHoldemRuleAgentV2``, as shipped;
 - :func:`board_text`: a board as text.
 
 A player is a function of the mover's own view (``observation[..., 0]`` its pieces, ``observation[..., 1]`` the
@@ -22,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["PLAYERS", "Player", "board_text", "one_ply_heuristic", "random_legal"]
+__all__ = ["PLAYERS", "Player", "board_text", "leduc_rule_v2", "one_ply_heuristic", "random_legal"]
 
 Player = Callable[[np.ndarray, np.ndarray, np.random.Generator], int]
 # board shape -> (pieces in a row that win, whether a move drops to the lowest empty row of its column)
@@ -87,6 +88,35 @@ def one_ply_heuristic(observation: np.ndarray, mask: np.ndarray, rng: np.random.
             if _completes(board[..., plane], *_cell(board, int(action), drops), needed):
                 return int(action)
     return int(rng.choice(legal))
+
+
+_LEDUC_ACTIONS = ("call", "raise", "fold", "check")  # rlcard's order, PettingZoo's action indices
+_LEDUC_RANKS = "JQK"
+
+
+def leduc_rule_v2(observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
+    """rlcard's ``LeducHoldemRuleAgentV2`` (``rlcard.models.leducholdem_rule_models``), unchanged, on a seat's view.
+
+    The agent reads rlcard's raw state: the hand and the public card as strings (suit, then rank) and the legal
+    actions by name. The view (``leduc_holdem_v4``'s 36 numbers: the hand's rank one-hot, then the public card's)
+    gives the ranks; the suit is given as spades, which the agent only compares by position. As shipped, before the
+    public card the agent tests ``hand[0]``, the suit, for a king or a queen, so it folds every hand there (it
+    checks and raises only after the public card, on a pair); it is the rule agent rlcard ships, kept as is.
+
+    :param observation: the seat's view, ``(36,)``.
+    :param mask: bool ``(4,)``, the legal moves (call, raise, fold, check).
+    :param rng: unused (the agent is deterministic).
+    :return: the move.
+    :raises ImportError: rlcard is not installed (``pip install "pettingzoo[classic]"`` brings it).
+    """
+    from rlcard.models.leducholdem_rule_models import LeducHoldemRuleAgentV2
+
+    view = np.asarray(observation).reshape(-1)
+    hand = "S" + _LEDUC_RANKS[int(np.argmax(view[0:3]))]
+    public = "S" + _LEDUC_RANKS[int(np.argmax(view[3:6]))] if view[3:6].any() else None
+    legal = [name for name, allowed in zip(_LEDUC_ACTIONS, mask, strict=True) if allowed]
+    state = {"raw_obs": {"hand": hand, "public_card": public}, "raw_legal_actions": legal}
+    return _LEDUC_ACTIONS.index(LeducHoldemRuleAgentV2.step(state))
 
 
 PLAYERS: dict[str, Player] = {"random": random_legal, "heuristic": one_ply_heuristic}
