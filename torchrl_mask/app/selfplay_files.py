@@ -1,13 +1,16 @@
 """What a self-play run writes into its output folder, besides ``model.zip``: the curve, the evaluation, the plot.
 
 - ``win_rates.csv``: one row per measurement during training (:class:`~torchrl_mask.games.evaluation.WinRates`):
-  ``timestep`` and ``vs_<opponent>_<value>`` columns (``vs_random_win``, ``vs_random_chips``, ``vs_self_score``);
+  ``timestep``, ``seconds`` (training's wall time up to the point, the measurements left out) and
+  ``vs_<opponent>_<value>`` columns (``vs_random_win``, ``vs_random_chips``, ``vs_self_score``);
 - ``evaluation.json``: the final evaluation against the game's ladder
   (:func:`~torchrl_mask.games.evaluation.evaluate_ladder`), the configuration given, and ``"used"``: the
   hyperparameters the model really trained with (read from the model, so a loaded ``-i`` model's own values show);
-- ``learning_curve.png``: the curve and the final evaluation.
+- ``learning_curve.png``: the curve against training's wall time (the moves trained on along the top) and the
+  final evaluation.
 
-Nothing here depends on time or on the machine's state: the same run gives the same bytes (the output path aside).
+Only the ``seconds`` column and the plot's time axis depend on the machine and its load: the same run gives the
+same ``evaluation.json`` bytes (the output path aside) and the same ``win_rates.csv`` values otherwise.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from torchrl_mask.app.config import TrainConfig
 
@@ -91,16 +96,27 @@ def plot_win_rates(curve: list[dict[str, Any]], evaluation: dict[str, Any], titl
     import matplotlib.pyplot as plt
 
     win_rate = evaluation.get("metric") == "win_rate"
-    fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
-    steps = [point["timestep"] for point in curve]
+    fig, ax = plt.subplots(figsize=(8, 4.6), layout="constrained")
+    seconds = [point["seconds"] for point in curve]
     for column in curve[0] if curve else {}:
-        if column == "timestep" or column.endswith("_draw"):
+        if column in ("timestep", "seconds") or column.endswith("_draw"):
             continue
         style = "--" if column.endswith("_loss") else "-"
-        ax.plot(steps, [point[column] for point in curve], ls=style, marker="o", label=column.removeprefix("vs_"))
+        ax.plot(seconds, [point[column] for point in curve], ls=style, marker="o", label=column.removeprefix("vs_"))
+    if len(curve) > 1:  # the moves trained on at each time, along the top
+        moves = np.array([float(point["timestep"]) for point in curve])
+        times = np.array(seconds, dtype=float)
+
+        def to_moves(x: Any) -> Any:
+            return np.interp(x, times, moves)
+
+        def to_seconds(m: Any) -> Any:
+            return np.interp(m, moves, times)
+
+        ax.secondary_xaxis("top", functions=(to_moves, to_seconds)).set_xlabel("moves trained on")
     ylabel = "rate" if win_rate else f"{evaluation.get('metric', '')} per game ({evaluation.get('unit', '')})"
-    ax.set(xlabel="moves trained on", ylabel=ylabel,
-           title=f"self-play MaskablePPO on {title}\nfinal: {_final_text(evaluation)}")  # fmt: skip
+    ax.set(xlabel="training's wall time (s), the measurements left out", ylabel=ylabel,
+           title=f"self-play on {title}\nfinal: {_final_text(evaluation)}")  # fmt: skip
     if win_rate:
         ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)

@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -288,8 +289,10 @@ def point_values(result: dict[str, Any]) -> dict[str, float]:
 class WinRates(BaseCallback):
     """Measures the model against its game's ladder every ``every`` moves trained on, at a rollout's end.
 
-    Each point is ``{"timestep", "vs_<opponent>_<value>": ...}`` with :func:`point_values`' names
-    (``vs_random_win``, ``vs_random_chips``, ``vs_self_score``).
+    Each point is ``{"timestep", "seconds", "vs_<opponent>_<value>": ...}`` with :func:`point_values`' names
+    (``vs_random_win``, ``vs_random_chips``, ``vs_self_score``); ``seconds`` is the wall time of training up to
+    the point, since ``learn`` began, the measurements themselves left out (the one value that differs between
+    two runs of one seed).
 
     :param game: the game's name.
     :param every: moves trained on between measurements.
@@ -302,6 +305,11 @@ class WinRates(BaseCallback):
         self.game, self.every, self.games, self.seed = game, max(every, 1), games, seed
         self.points: list[dict[str, Any]] = []
         self._next = 0
+        self._start = time.perf_counter()
+        self._measuring = 0.0  # seconds spent measuring, left out of the points' training time
+
+    def _on_training_start(self) -> None:
+        self._start, self._measuring = time.perf_counter(), 0.0
 
     def _on_step(self) -> bool:
         return True
@@ -310,8 +318,10 @@ class WinRates(BaseCallback):
         if self.num_timesteps < self._next:
             return
         self._next = self.num_timesteps + self.every
-        point: dict[str, Any] = {"timestep": self.num_timesteps}
+        began = time.perf_counter()
+        point: dict[str, Any] = {"timestep": self.num_timesteps, "seconds": began - self._start - self._measuring}
         for opponent in ladder(self.game).opponents:
             result = evaluate_games(self.model, self.game, opponent, self.games, self.seed)
             point.update({f"vs_{opponent}_{key}": value for key, value in point_values(result).items()})
         self.points.append(point)
+        self._measuring += time.perf_counter() - began
