@@ -100,6 +100,14 @@ BAD_INPUT = {
     "tensorboard_log_is_a_file": (["train", "--tensorboard-log", "pyproject.toml"], "--tensorboard-log pyproject"),
 }
 
+BAD_INPUT |= {
+    "league_player_not_in_the_ladder": (
+        ["train", "--env", "pettingzoo:tictactoe_v3", "--league-players", "perfect", "negamax_2"],
+        "--league-players perfect negamax_2: negamax_2 not in tictactoe_v3's ladder; name each at most once, from "
+        "heuristic perfect random",
+    ),
+}
+
 # --algo ppo_lstm_mask: a policy without an LSTM, refused by name (in self-play too).
 BAD_INPUT |= {
     "recurrent_self_play_with_a_feedforward_policy": (

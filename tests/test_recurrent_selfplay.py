@@ -70,15 +70,20 @@ class Replays(BaseCallback):
         buffer._sequence_cuts = cuts
 
 
-@pytest.mark.parametrize(("game", "pool_size"), [("leduc_holdem_v4", 0), ("tictactoe_v3", 0), ("leduc_holdem_v4", 2)])
-def test_training_replays_every_seats_moves_from_the_states_that_seat_played_with(game: str, pool_size: int) -> None:
+@pytest.mark.parametrize(
+    ("game", "pool_size", "fixed"),
+    [("leduc_holdem_v4", 0, {}), ("tictactoe_v3", 0, {}), ("leduc_holdem_v4", 2, {"rule_v2": leduc_rule_v2})],
+)
+def test_training_replays_every_seats_moves_from_the_states_that_seat_played_with(
+    game: str, pool_size: int, fixed: dict
+) -> None:
     model = recurrent_model(game)
-    players = RecurrentSelfPlayPolicy(model.policy, pool_size=pool_size)
+    players = RecurrentSelfPlayPolicy(model.policy, pool_size=pool_size, fixed=fixed)
     if pool_size:  # the snapshots play other weights than the learner's
         with torch.no_grad():
             for parameter in model.policy.parameters():
                 parameter.add_(0.3 * torch.randn_like(parameter))
-    games = TurnBasedEnv(game, pool_size, n_games=4).append_transform(players.make_tensordict_primer())
+    games = TurnBasedEnv(game, pool_size + len(fixed), n_games=4).append_transform(players.make_tensordict_primer())
     games.set_seed(0)
     replays = Replays()
     model.learn(3 * 96, callback=replays, collector=Collector(games, players, frames_per_batch=96))
@@ -171,8 +176,9 @@ def test_rlcards_rule_agent_plays_on_the_seats_view_exactly_as_on_rlcards_raw_st
 def test_train_algo_ppo_lstm_mask_on_a_card_game_keeps_its_files_and_plays_no_illegal_move(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "torchrl_mask", "train", "--algo", "ppo_lstm_mask", "--env", "pettingzoo:leduc_holdem_v4",
-         "-n", "512", "--hyperparams", "n_envs=2", "n_steps=64", "batch_size=64", "n_epochs=2",
+        [sys.executable, "-m", "torchrl_mask", "train", "--algo", "ppo_lstm_mask", "--env",
+         "pettingzoo:leduc_holdem_v4", "-n", "512", "--hyperparams", "n_envs=2", "n_steps=64", "batch_size=64",
+         "n_epochs=2",
          "policy_kwargs=dict(net_arch=[32], lstm_hidden_size=16)", "--eval-episodes", "6", "--out", str(out),
          "--no-progress", "--verbose", "0"],
         cwd=REPO, capture_output=True, text=True,

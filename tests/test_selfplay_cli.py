@@ -139,16 +139,21 @@ def test_gymnasium_paths_keep_the_model_when_a_stage_raises(algo, stage, extra, 
     _assert_model_kept(proc, out, stage_text, MaskableRecurrentPPO if algo == "ppo_lstm_mask" else MaskablePPO)
 
 
-@pytest.mark.parametrize("collector", ["sync", "multisync"])
-def test_the_same_seed_gives_the_same_evaluation_json(collector: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("collector", "league"),
+    [("sync", []), ("multisync", ["--pool-size", "1", "--league-players", "perfect", "random"])],
+)
+def test_the_same_seed_gives_the_same_evaluation_json(collector: str, league: list[str], tmp_path: Path) -> None:
     records = []
     for run in ("a", "b"):
         out = tmp_path / run
         proc = run_cli("--env", "pettingzoo:tictactoe_v3", "-n", "256", *SMALL, "--collector", collector, "--seed",
-                       "7", "--eval-episodes", "6", "--out", str(out), *QUIET)  # fmt: skip
+                       "7", *league, "--eval-episodes", "6", "--out", str(out), *QUIET)  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]
         records.append((out / "evaluation.json").read_text().replace(str(out), "<out>"))
     assert records[0] == records[1]
+    if league:  # the league is in the record, as given
+        assert json.loads(records[0])["config"]["league_players"] == ["perfect", "random"]
 
 
 def test_continuing_with_hyperparams_applies_them_and_records_what_was_used(tmp_path: Path) -> None:

@@ -14,9 +14,10 @@ while training saves the model, prints one line saying where, and exits 130 or 1
 The job itself is :mod:`torchrl_mask.app.training`, its configuration :mod:`torchrl_mask.app.config`. This module
 holds the command line and nothing heavy: ``--help`` and a bad option answer before torch is imported.
 
-``torchrl-mask train --env pettingzoo:<game>`` (``connect_four_v3``, ``tictactoe_v3``) trains by self-play instead
-and reports win, draw and loss rates against random and heuristic players
-(:mod:`torchrl_mask.app.selfplay_training`; ``--pool-size N`` plays against past snapshots).
+``torchrl-mask train --env pettingzoo:<game>`` (every masked PettingZoo classic game) trains by self-play instead
+and reports the model against its game's ladder of fixed players (:mod:`torchrl_mask.app.selfplay_training`;
+``--pool-size N --league-players NAME...`` plays the learner against past snapshots and fixed players, drawn by
+what it does not beat yet; ``--algo ppo_lstm_mask`` gives each seat its own LSTM state).
 
 ``torchrl-mask play --env pettingzoo:<game> -i model.zip`` lets a person play a trained model in the terminal
 (:mod:`torchrl_mask.app.play`; ``--seat first|second|random``).
@@ -98,6 +99,15 @@ def _add_what_to_train(train: argparse.ArgumentParser) -> None:
         default=defaults.pool_size,
         metavar="N",
         help="pettingzoo:<game> only: play the learner against N snapshots of its past weights; 0 is pure self-play",
+    )
+    train.add_argument(
+        "--league-players",
+        nargs="+",
+        default=list(defaults.league_players),
+        metavar="NAME",
+        help="pettingzoo:<game> only: fixed players of the game's evaluation ladder the learner also meets "
+        "(tic-tac-toe: random heuristic perfect; Connect Four: random heuristic negamax_2), drawn with the snapshots "
+        "by what it does not beat yet",
     )
     train.add_argument(
         "--algo",
@@ -295,6 +305,7 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         conf_file=args.conf_file,
         overwrite=args.overwrite,
         pool_size=args.pool_size,
+        league_players=tuple(args.league_players),
         algo=args.algo,
     )
 

@@ -267,7 +267,9 @@ class TrainConfig:
         it such a folder is refused).
     :param pool_size: a ``pettingzoo:`` game only: 0 trains by pure self-play; ``n`` plays the learner against
         ``n`` snapshots of its past weights (:class:`~torchrl_mask.SelfPlayPolicy`).
-
+    :param league_players: a ``pettingzoo:`` game only: fixed players of the game's ladder the learner also meets
+        (``("perfect",)`` for tic-tac-toe), drawn with the snapshots by what the learner does not beat yet
+        (:mod:`torchrl_mask.games.league`).
     :param algo: ``"ppo_mask"`` trains :class:`~torchrl_mask.MaskablePPO`, ``"ppo_lstm_mask"``
         :class:`~torchrl_mask.MaskableRecurrentPPO` (LSTM policies: ``MlpLstmPolicy`` or ``MultiInputLstmPolicy``
         by default, with ``policy_kwargs`` such as ``lstm_hidden_size``; from a VecEnv or a collector).
@@ -296,7 +298,7 @@ class TrainConfig:
     conf_file: Path | None = None
     overwrite: bool = False
     pool_size: int = 0
-
+    league_players: tuple[str, ...] = ()
     algo: Literal["ppo_mask", "ppo_lstm_mask"] = "ppo_mask"
 
     def output_dir(self) -> Path:

@@ -100,7 +100,11 @@ def _train_game(config: TrainConfig) -> int:
 
     selfplay_training.check_game(config.env_id)
     selfplay_training.check_policy(config)
-    opponents = "pure self-play" if config.pool_size == 0 else f"against a pool of {config.pool_size} past snapshots"
+    selfplay_training.check_league(config, config.env_id.removeprefix(GAME_PREFIX))
+    opponents = "pure self-play"
+    if config.pool_size or config.league_players:
+        players = "".join(f", {name}" for name in config.league_players)
+        opponents = f"against a league of {config.pool_size} past snapshots{players}"
     print(
         f"Training {ALGOS[config.algo]} on {config.env_id} by self-play ({opponents}) for {config.n_timesteps:,} "
         f"moves: {config.n_envs} games side by side, seed {config.seed}, device {config.device}."

@@ -37,6 +37,7 @@ from torchrl_mask.app.trained_agent import check_trained_agent
 from torchrl_mask.app.training import ALGORITHMS, checkpoint_files, checkpoints, model_kwargs, quiet_logger
 from torchrl_mask.games.env import TurnBasedEnv, game_spaces, make_game
 from torchrl_mask.games.evaluation import EVAL_POINT_GAMES, EVAL_POINTS, WinRates, evaluate_ladder
+from torchrl_mask.games.ladder import ladder
 from torchrl_mask.games.network import with_extractor_classes
 from torchrl_mask.games.recurrent_selfplay import RecurrentSelfPlayPolicy
 from torchrl_mask.games.seat_env import SeatEnv
@@ -49,6 +50,7 @@ __all__ = [
     "build_collector",
     "build_model",
     "check_game",
+    "check_league",
     "check_policy",
     "plot_win_rates",
     "train",
@@ -74,10 +76,10 @@ class SelfPlayResult:
     files: list[str]
 
 
-def _game_env(game: str, pool_size: int, n_games: int | None, primer: TensorDictPrimer | None) -> EnvBase:
+def _game_env(game: str, opponents: int, n_games: int | None, primer: TensorDictPrimer | None) -> EnvBase:
     """One :class:`~torchrl_mask.TurnBasedEnv` (in a worker process with ``multisync``), with the LSTM policy's
     primer appended when there is one (every seat's states in its specs)."""
-    env = TurnBasedEnv(game, pool_size, n_games=n_games)
+    env = TurnBasedEnv(game, opponents, n_games=n_games)
     return env if primer is None else env.append_transform(primer)
 
 
@@ -93,13 +95,15 @@ def build_collector(config: TrainConfig, model: Model, game: str, pool_size: int
     """
     policy: SelfPlayPolicy
     primer = None
+    fixed = {name: ladder(game).opponents[name] for name in config.league_players}
     if isinstance(model, MaskableRecurrentPPO):
         n_seats = len(make_game(game).possible_agents)
-        policy = RecurrentSelfPlayPolicy(model.policy, n_seats, pool_size=pool_size)
+        policy = RecurrentSelfPlayPolicy(model.policy, n_seats, pool_size=pool_size, fixed=fixed)  # type: ignore[arg-type]
         primer = policy.make_tensordict_primer()
     else:
-        policy = SelfPlayPolicy(model.policy, pool_size=pool_size)
-    makers = [partial(_game_env, game, pool_size, None, primer)] * config.n_envs
+        policy = SelfPlayPolicy(model.policy, pool_size=pool_size, fixed=fixed)  # type: ignore[arg-type]
+    opponents = pool_size + len(fixed)
+    makers = [partial(_game_env, game, opponents, None, primer)] * config.n_envs
     frames = config.n_envs * model.n_steps
     if config.collector == "multisync":
         collector: BaseCollector = MultiSyncCollector(makers, policy, frames_per_batch=frames, total_frames=-1,
@@ -107,7 +111,7 @@ def build_collector(config: TrainConfig, model: Model, game: str, pool_size: int
         collector.set_seed(config.seed)
         collector.reset()
         return collector
-    games = _game_env(game, pool_size, config.n_envs, primer)  # one env, one policy forward for all games
+    games = _game_env(game, opponents, config.n_envs, primer)  # one env, one policy forward for all games
     games.set_seed(config.seed)
     return Collector(games, policy, frames_per_batch=frames, total_frames=-1)
 
@@ -174,13 +178,29 @@ def check_policy(config: TrainConfig) -> str:
     return str(policy)
 
 
+def check_league(config: TrainConfig, game: str) -> None:
+    """Refuse ``--league-players`` that are not fixed players of the game's ladder.
+
+    :param config: the run (``league_players``).
+    :param game: the game's name.
+    :raises UsageError: an unknown name, or one named twice.
+    """
+    known = sorted(name for name, player in ladder(game).opponents.items() if player is not None)
+    unknown = [name for name in config.league_players if name not in known]
+    if unknown or len(set(config.league_players)) != len(config.league_players):
+        problem = f"{', '.join(unknown)} not in {game}'s ladder" if unknown else "a player named twice"
+        raise UsageError(f"--league-players {' '.join(config.league_players)}: {problem}; name each at most once, "
+                         f"from {' '.join(known)}.")  # fmt: skip
+
+
 def _check(config: TrainConfig) -> tuple[Path, str, str]:
-    """Every check before anything is written: the configuration, the policy, the device, the game, the ``-i``
-    model."""
+    """Every check before anything is written: the configuration, the policy, the device, the game, the league,
+    the ``-i`` model."""
     check_policy(config)
     out = check_config(config)
     device = check_device(config.device)
     game = check_game(config.env_id)
+    check_league(config, game)
     if config.trained_agent is not None:
         seat_env = SeatEnv(game)
         check_trained_agent(config.trained_agent, seat_env, ALGORITHMS[config.algo])

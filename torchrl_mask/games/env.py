@@ -15,9 +15,11 @@ carries what a self-play rollout needs to split the games into one trajectory pe
   winner's move for both seats, +1 and -1); ``("next", "reward")`` ``(1,)`` is the mover's own;
 - ``("next", "done")``, ``("next", "terminated")``, ``("next", "truncated")`` ``(1,)``: the game ended (for every seat);
   ``"is_init"`` ``(1,)``: the step begins a game (as TorchRL's ``InitTracker`` writes it);
-- ``"learner_seat"``, ``"opponent"`` (int64, ``()``), with ``opponents > 0``: drawn at every reset of the game, the
-  seat the learning policy plays in this game and which snapshot of the pool plays the others
-  (:class:`~torchrl_mask.games.selfplay.SelfPlayPolicy` reads them).
+- ``"learner_seat"``, ``"opponent"`` (int64, ``()``) and ``"opponent_draw"`` (float32, ``()``), with
+  ``opponents > 0``: drawn at every reset of the game, the seat the learning policy plays in this game, which of
+  the opponents plays the others (uniformly) and a uniform number in ``[0, 1)`` that
+  :class:`~torchrl_mask.games.selfplay.SelfPlayPolicy` maps through its league's probabilities to the opponent it
+  plays instead (:mod:`torchrl_mask.games.league`).
 
 Each step's arrays are filled in numpy, game by game, and wrapped in one TensorDict.
 
@@ -61,6 +63,7 @@ SEAT = "seat"
 SEAT_REWARD = "seat_reward"
 LEARNER_SEAT = "learner_seat"
 OPPONENT = "opponent"
+OPPONENT_DRAW = "opponent_draw"
 _DONE_KEYS = ("done", "terminated", "truncated")
 SEED_RANGE = 2**31  # hanabi's reset(seed=) (OpenSpiel, a C++ int) takes 0 to 2**31 - 1
 
@@ -195,6 +198,7 @@ class TurnBasedEnv(EnvBase):
         n = len(self.games)
         self._masks = np.zeros((n, int(action_space.n)), dtype=bool)  # each game's legal moves now
         self._draws = np.zeros((n, 2), dtype=np.int64)  # each game's (learner seat, opponent)
+        self._uniform = np.zeros(n, dtype=np.float32)  # each game's draw for a league's opponent
         self._seat_index = {seat: index for index, seat in enumerate(self.seats)}
 
     def _specs(self, observation_space: spaces.Box, n_seats: int, n_actions: int) -> None:
@@ -215,6 +219,7 @@ class TurnBasedEnv(EnvBase):
         if self.opponents > 0:
             entries[LEARNER_SEAT] = Categorical(n_seats, shape=(), dtype=torch.int64)
             entries[OPPONENT] = Categorical(self.opponents, shape=(), dtype=torch.int64)
+            entries[OPPONENT_DRAW] = Bounded(0.0, 1.0, shape=(), dtype=torch.float32)
         batch = self.batch_size
         self.observation_spec = Composite(entries).expand(batch)
         self.action_spec = Categorical(n_actions, shape=batch, dtype=torch.int64)
@@ -252,6 +257,7 @@ class TurnBasedEnv(EnvBase):
         """The arrays as one TensorDict of the env's batch (rows beyond one game's are reshaped away)."""
         if self.opponents > 0:
             arrays[LEARNER_SEAT], arrays[OPPONENT] = draws[:, 0].copy(), draws[:, 1].copy()
+            arrays[OPPONENT_DRAW] = self._uniform.copy()
         batch = self.batch_size
         tensors = {key: torch.from_numpy(array).reshape((*batch, *array.shape[1:])) for key, array in arrays.items()}
         return TensorDict(tensors, batch_size=batch, device=self.device)
@@ -266,6 +272,7 @@ class TurnBasedEnv(EnvBase):
             self.games[index].reset(seed=None if self._deals is None else next(self._deals[index]))
             if self.opponents > 0:
                 self._draws[index] = (self._rng.integers(len(self.seats)), self._rng.integers(self.opponents))
+                self._uniform[index] = self._rng.random()
             self._observe(index, arrays)
         # games not reset: rows left as they are (TorchRL keeps those games' entries from the tensordict)
         arrays.update({key: np.zeros((n, 1), dtype=bool) for key in _DONE_KEYS})

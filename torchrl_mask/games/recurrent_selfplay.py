@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -44,6 +45,7 @@ from torchrl.envs import TensorDictPrimer
 
 from torchrl_mask.algorithms.recurrent_collector_source import RecurrentCollectorRollout
 from torchrl_mask.games.env import SEAT
+from torchrl_mask.games.players import Player
 from torchrl_mask.games.seat_split import GAME_START, NEXT_SEAT
 from torchrl_mask.games.selfplay import SelfPlayPolicy, SelfPlayRollout
 from torchrl_mask.rollout import storage as st
@@ -88,6 +90,7 @@ class RecurrentSelfPlayPolicy(SelfPlayPolicy):
         needs ``TurnBasedEnv(game, opponents=n)``).
     :param snapshot_every: with a pool, the learner's weights replace the oldest snapshot every this many
         rollouts.
+    :param fixed: fixed players the learner also meets, by name (as ``SelfPlayPolicy`` takes them).
     :raises TypeError: not MaskableRecurrentPPO's policy (for MaskablePPO's: ``SelfPlayPolicy``).
     :raises ValueError: ``n_seats`` below 1, a negative ``pool_size`` or a ``snapshot_every`` below 1.
     """
@@ -97,11 +100,16 @@ class RecurrentSelfPlayPolicy(SelfPlayPolicy):
     learner: MaskableRecurrentPolicyModule
 
     def __init__(
-        self, policy: RecurrentActorCriticPolicy, n_seats: int = 2, pool_size: int = 0, snapshot_every: int = 10
+        self,
+        policy: RecurrentActorCriticPolicy,
+        n_seats: int = 2,
+        pool_size: int = 0,
+        snapshot_every: int = 10,
+        fixed: Mapping[str, Player] | None = None,
     ) -> None:
         if n_seats < 1:
             raise ValueError(f"n_seats={n_seats}: give the game's number of seats, len(TurnBasedEnv(game).seats).")
-        super().__init__(policy, pool_size, snapshot_every)  # type: ignore[arg-type]
+        super().__init__(policy, pool_size, snapshot_every, fixed)  # type: ignore[arg-type]
         self.n_seats = n_seats
         if SEAT not in self.in_keys:
             self.in_keys.append(SEAT)
@@ -190,7 +198,7 @@ class RecurrentSelfPlayRollout(SelfPlayRollout, RecurrentCollectorRollout):
     def _carried(self, batch: TensorDictBase) -> dict[NestedKey, torch.Tensor]:
         """Each move's LSTM states: its seat's, before the move (zeros at a game's first step)."""
         seat, is_init = batch.get(SEAT), batch.get(st.IS_INIT)
-        return {key: mover_states(batch.get(key), seat, is_init) for key in STATE_KEYS}
+        return {**super()._carried(batch), **{key: mover_states(batch.get(key), seat, is_init) for key in STATE_KEYS}}
 
     def _extend(self, rows: TensorDictBase) -> MaskableRecurrentRolloutBuffer:  # type: ignore[override]
         """The recurrent rollout from ``rows``: episodes start at the seats' games' starts, sequences also at each

@@ -29,7 +29,7 @@ import numpy as np
 
 from torchrl_mask.games.players import Player
 
-__all__ = ["WINDOW_SCORES", "negamax", "perfect_tictactoe"]
+__all__ = ["WINDOW_SCORES", "Negamax", "negamax", "perfect_tictactoe"]
 
 _LINES = np.array([[0, 1, 2], [3, 4, 5], [6, 7, 8], [0, 3, 6], [1, 4, 7], [2, 5, 8], [0, 4, 8], [2, 4, 6]])
 _LINE_MASKS = tuple(int(sum(1 << int(cell) for cell in line)) for line in _LINES)
@@ -134,22 +134,39 @@ def negamax(depth: int) -> Player:
 
     :param depth: plies searched, at least 1.
     :return: a player ``(observation (6, 7, 2), mask (7,), rng) -> column``; ties between equally scored
-        columns are broken at random with ``rng``.
+        columns are broken at random with ``rng``. It pickles (a worker process can play it).
     :raises ValueError: ``depth < 1``.
     """
     if depth < 1:
         raise ValueError(f"negamax(depth={depth}): search at least one ply (depth >= 1).")
+    return Negamax(depth)
 
-    def player(observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
+
+class Negamax:
+    """:func:`negamax`'s player: a class rather than a closure, so that it pickles.
+
+    :param depth: plies searched.
+    """
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.__name__ = f"negamax_{depth}"
+
+    def __call__(self, observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
+        """The best-scored legal column, ties broken at random.
+
+        :param observation: the mover's view ``(6, 7, 2)``.
+        :param mask: bool ``(7,)``, the legal columns.
+        :param rng: breaks ties.
+        :return: the column.
+        :raises ValueError: a view that is not Connect Four's.
+        """
         view = np.asarray(observation)
         if view.shape != (ROWS, COLUMNS, 2):
             raise ValueError(
                 f"negamax plays Connect Four's (6, 7, 2) view; got {view.shape}. Use random_legal for other games."
             )
         board = (view[..., 0].astype(np.int8) - view[..., 1].astype(np.int8)).reshape(-1)
-        scores = _scores(board, depth)
+        scores = _scores(board, self.depth)
         scores[~np.asarray(mask, bool)] = -np.inf
         return int(rng.choice(np.flatnonzero(scores == scores.max())))
-
-    player.__name__ = player.__qualname__ = f"negamax_{depth}"
-    return player

@@ -7,10 +7,12 @@ reads each batch with the reader the policy names (:attr:`SelfPlayPolicy.rollout
 moves, its rewards up to its next move, and the game's end (the rules: :mod:`torchrl_mask.games.seat_split`).
 ``num_timesteps`` counts the moves trained on, and the callbacks' ``dones`` are the games' ends.
 
-Opponents: ``SelfPlayPolicy(policy)`` is pure self-play, every move trains. ``SelfPlayPolicy(policy, pool_size=n)``
-with ``TurnBasedEnv(game, opponents=n)`` plays each game with the learner in one seat (drawn per game) and one of
-``n`` snapshots of past weights in the others; only the learner's moves train. A snapshot of the learner's weights
-replaces the oldest every ``snapshot_every`` rollouts.
+Opponents: ``SelfPlayPolicy(policy)`` is pure self-play, every move trains. ``SelfPlayPolicy(policy, pool_size=n,
+fixed={name: player})`` with ``TurnBasedEnv(game, opponents=n + len(fixed))`` plays each game with the learner in
+one seat (drawn per game) and, in the others, one of ``n`` snapshots of past weights or a fixed player (tic-tac-toe's
+perfect player, Connect Four's negamax), drawn by what the learner does not beat yet (:mod:`torchrl_mask.games.league`);
+only the learner's moves train. A snapshot of the learner's weights replaces the oldest every ``snapshot_every``
+rollouts.
 
 Example:
     >>> from torchrl.collectors import Collector
@@ -25,9 +27,10 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from tensordict import TensorDictBase
@@ -36,7 +39,9 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from torchrl_mask.algorithms.collector_source import CollectorRollout
-from torchrl_mask.games.env import LEARNER_SEAT, OPPONENT, SEAT
+from torchrl_mask.games.env import LEARNER_SEAT, OPPONENT, OPPONENT_DRAW, SEAT
+from torchrl_mask.games.league import League
+from torchrl_mask.games.players import Player
 from torchrl_mask.games.seat_split import pack_rows, seat_transitions
 from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.buffers import MaskableRolloutBuffer
@@ -76,9 +81,11 @@ class SelfPlayPolicy(TensorDictModuleBase):
 
     :param policy: the model's policy (``model.policy``).
     :param pool_size: 0 for pure self-play; ``n`` keeps ``n`` snapshots of past weights as opponents (the env
-        needs ``TurnBasedEnv(game, opponents=n)``).
+        needs ``TurnBasedEnv(game, opponents=n + len(fixed))``).
     :param snapshot_every: with a pool, the learner's weights replace the oldest snapshot every this many
         rollouts.
+    :param fixed: fixed players the learner also meets, by name (functions ``(observation, mask, rng) -> action``,
+        :mod:`torchrl_mask.games.players`, :mod:`torchrl_mask.games.search`).
     :raises ValueError: a negative ``pool_size`` or a ``snapshot_every`` below 1.
     :raises TypeError: a policy of another kind (for an LSTM policy:
         :class:`~torchrl_mask.games.recurrent_selfplay.RecurrentSelfPlayPolicy`).
@@ -87,7 +94,13 @@ class SelfPlayPolicy(TensorDictModuleBase):
     _module_type: Any = MaskablePolicyModule  # what plays the learner's and each snapshot's moves
     _other = "for MaskableRecurrentPPO's LSTM policy use RecurrentSelfPlayPolicy(model.policy)."
 
-    def __init__(self, policy: MaskableActorCriticPolicy, pool_size: int = 0, snapshot_every: int = 10) -> None:
+    def __init__(
+        self,
+        policy: MaskableActorCriticPolicy,
+        pool_size: int = 0,
+        snapshot_every: int = 10,
+        fixed: Mapping[str, Player] | None = None,
+    ) -> None:
         if pool_size < 0 or snapshot_every < 1:
             raise ValueError(
                 f"pool_size={pool_size}, snapshot_every={snapshot_every}: use pool_size >= 0 (0 is pure self-play) "
@@ -99,10 +112,12 @@ class SelfPlayPolicy(TensorDictModuleBase):
         except TypeError:
             raise TypeError(f"{type(self).__name__} cannot play {type(policy).__name__}: {self._other}") from None
         self.pool = nn.ModuleList(self._module_type(_snapshot(policy)) for _ in range(pool_size))
+        self.league = None if not pool_size and not fixed else League(pool_size, fixed)
         self.snapshot_every = snapshot_every
         self.rollouts = 0  # rollouts seen, for the snapshot schedule
-        self.in_keys = [*self.learner.in_keys, *((SEAT, LEARNER_SEAT, OPPONENT) if pool_size else ())]
-        self.out_keys = list(self.learner.out_keys)
+        drawn = (SEAT, LEARNER_SEAT, OPPONENT, OPPONENT_DRAW) if self.league is not None else ()
+        self.in_keys = [*self.learner.in_keys, *drawn]
+        self.out_keys = [*self.learner.out_keys, *((OPPONENT,) if self.league is not None else ())]
 
     @property
     def policy(self) -> MaskableActorCriticPolicy:
@@ -121,7 +136,7 @@ class SelfPlayPolicy(TensorDictModuleBase):
         :return: bool ``B``.
         """
         seat = batch.get(SEAT)
-        return torch.ones_like(seat, dtype=torch.bool) if not len(self.pool) else seat == batch.get(LEARNER_SEAT)
+        return torch.ones_like(seat, dtype=torch.bool) if self.league is None else seat == batch.get(LEARNER_SEAT)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Write the action, its log-probability and the state value of the seat to move.
@@ -131,18 +146,48 @@ class SelfPlayPolicy(TensorDictModuleBase):
         """
         inputs = self._inputs(tensordict)
         outputs = list(self.learner.module(*inputs))
-        if len(self.pool):
+        if self.league is not None:
             self._check_opponents(tensordict)
+            opponent = self.league.choose(tensordict.get(OPPONENT_DRAW))
+            tensordict.set(OPPONENT, opponent)
             theirs = ~self.learner_moves(tensordict)
-            opponent = tensordict.get(OPPONENT)
             for index, snapshot in enumerate(self.pool):
                 rows = theirs & (opponent == index)
                 if bool(rows.any()):
                     played = snapshot.module(*[leaf[rows] for leaf in inputs])  # type: ignore[operator]
                     for out, new in zip(outputs, played, strict=True):
                         out[rows] = new.to(out.dtype)
+            self._fixed_moves(inputs, outputs, theirs, opponent)
         self._write(tensordict, outputs)
         return tensordict
+
+    def _fixed_moves(
+        self, inputs: list[torch.Tensor], outputs: list[torch.Tensor], theirs: torch.Tensor, opponent: torch.Tensor
+    ) -> None:
+        """The fixed players' moves into ``outputs``' action, their log-probability and value 0 (never trained)."""
+        assert self.league is not None
+        if not self.league.fixed:
+            return
+        views, masks = inputs[0], inputs[len(self.learner.observation_keys)]
+        # the players' random choices come from torch's generator, which the collector seeds (in each worker too)
+        rng = np.random.default_rng(int(torch.randint(2**62, (1,))))
+        for index in range(len(self.pool), len(self.league.names)):
+            rows = theirs & (opponent == index)
+            if bool(rows.any()):
+                moves = self.league.fixed_moves(index, views[rows].cpu().numpy(), masks[rows].cpu().numpy(), rng)
+                outputs[0][rows] = torch.as_tensor(moves).to(outputs[0])
+                outputs[1][rows], outputs[2][rows] = 0.0, 0.0
+
+    def record(self, transitions: TensorDictBase) -> None:
+        """Move the league's scores by the games that ended in a batch (the learner's last move of each).
+
+        :param transitions: the learner's transitions (:func:`~torchrl_mask.games.seat_split.seat_transitions`),
+            with ``"opponent"`` carried.
+        """
+        if self.league is not None:
+            ended = transitions.get(st.NEXT_TERMINATED)[:, 0]
+            opponents = transitions.get(OPPONENT)[ended].cpu().numpy()
+            self.league.record(opponents, transitions.get(st.NEXT_REWARD)[ended, 0].cpu().numpy())
 
     def _inputs(self, tensordict: TensorDictBase) -> list[torch.Tensor]:
         """The learner module's inputs, batch dims ``B`` (the hook a policy carrying states per seat overrides)."""
@@ -156,27 +201,31 @@ class SelfPlayPolicy(TensorDictModuleBase):
     def _check_opponents(self, tensordict: TensorDictBase) -> None:
         """Refuse steps that do not say which seat learns and which snapshot plays, or name a snapshot the pool
         lacks (those moves would silently be the learner's)."""
-        if LEARNER_SEAT not in tensordict or OPPONENT not in tensordict:
+        assert self.league is not None
+        n = len(self.league.names)
+        if any(key not in tensordict for key in (LEARNER_SEAT, OPPONENT, OPPONENT_DRAW)):
             raise KeyError(
                 f"SelfPlayPolicy(pool_size={len(self.pool)}) reads {LEARNER_SEAT!r} and {OPPONENT!r} from each step, "
-                f"and this env writes neither: make it TurnBasedEnv(game, opponents={len(self.pool)}), or use "
+                f"and this env writes neither: make it TurnBasedEnv(game, opponents={n}), or use "
                 "pool_size=0 for pure self-play."
             )
         opponent = tensordict.get(OPPONENT)
         highest = int(opponent.max()) if opponent.numel() else -1
-        if highest >= len(self.pool):
+        if highest >= n:
             raise ValueError(
-                f"The env drew opponent {highest}, but SelfPlayPolicy keeps {len(self.pool)} snapshots (0 to "
-                f"{len(self.pool) - 1}): give TurnBasedEnv(game, opponents=n) and SelfPlayPolicy(pool_size=n) the "
-                "same n."
+                f"The env drew opponent {highest}, but SelfPlayPolicy keeps {len(self.pool)} snapshots and "
+                f"{n - len(self.pool)} fixed players (0 to {n - 1}): give TurnBasedEnv(game, opponents=n) the same n "
+                "as SelfPlayPolicy's pool_size plus its fixed players."
             )
 
     def rollout_done(self) -> None:
         """Count one rollout; on every ``snapshot_every``-th, the learner's weights replace the oldest snapshot."""
         self.rollouts += 1
         if len(self.pool) and self.rollouts % self.snapshot_every == 0:
-            oldest = self.pool[(self.rollouts // self.snapshot_every - 1) % len(self.pool)]
-            oldest.policy.load_state_dict(self.policy.state_dict())  # type: ignore[union-attr]
+            slot = (self.rollouts // self.snapshot_every - 1) % len(self.pool)
+            self.pool[slot].policy.load_state_dict(self.policy.state_dict())  # type: ignore[union-attr]
+            assert self.league is not None
+            self.league.reset(slot)  # the learner's score against the weights that were there
 
 
 class SelfPlayRollout(CollectorRollout):
@@ -208,6 +257,7 @@ class SelfPlayRollout(CollectorRollout):
         batch = self._next_batch()
         transitions = seat_transitions(batch, self._last_values(batch), self.players.learner_moves(batch),
                                        self._carried(batch))  # fmt: skip
+        self.players.record(transitions)
         # the rows SB3's progress bar and callbacks count by; no minibatch of one row (NaN normalisation)
         batch_size = self.model.batch_size if self.model.normalize_advantage else None
         rows = pack_rows(transitions, self.model.n_envs, batch_size)
@@ -217,8 +267,9 @@ class SelfPlayRollout(CollectorRollout):
         return buffer, steps
 
     def _carried(self, batch: TensorDictBase) -> dict[NestedKey, torch.Tensor]:
-        """Entries of each move kept beside the step's own (:func:`seat_transitions`' ``carried``): none here."""
-        return {}
+        """Entries of each move kept beside the step's own (:func:`seat_transitions`' ``carried``): the opponent,
+        with a league (its scores follow the games' results)."""
+        return {} if self.players.league is None else {OPPONENT: batch.get(OPPONENT)}
 
     def _extend(self, rows: TensorDictBase) -> MaskableRolloutBuffer:
         """The model's rollout buffer, shaped as ``rows`` ``(n_rows, K)`` and filled from them (GAE included)."""

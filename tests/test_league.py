@@ -1,0 +1,86 @@
+"""The league: the learner meets past snapshots and fixed players, drawn by what it does not beat yet."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torchrl.collectors import Collector, MultiSyncCollector
+
+from torchrl_mask import MaskablePPO, SeatEnv, SelfPlayPolicy, TurnBasedEnv
+from torchrl_mask.games.league import League
+from torchrl_mask.games.search import negamax, perfect_tictactoe
+
+
+def first_legal(observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
+    """A fixed player whose every move can be told in advance."""
+    return int(np.flatnonzero(mask)[0])
+
+
+def _model() -> MaskablePPO:
+    return MaskablePPO("MlpPolicy", SeatEnv("tictactoe_v3"), n_steps=64, batch_size=64, n_epochs=1,
+                       policy_kwargs={"net_arch": [16]}, seed=0)  # fmt: skip
+
+
+def test_the_league_draws_most_the_opponents_the_learner_does_not_beat_and_keeps_a_share_for_the_others() -> None:
+    league = League(1, {"first": first_legal, "perfect": perfect_tictactoe})
+    assert torch.allclose(league.probabilities(), torch.full((3,), 1 / 3))
+    for _ in range(200):  # the learner always beats snapshot_0, always draws with first, always loses to perfect
+        league.record(np.array([0, 1, 2]), np.array([1.0, 0.0, -1.0]))
+    scores = league.summary()
+    assert scores["snapshot_0"] > 0.99 and abs(scores["first"] - 0.5) < 1e-6 and scores["perfect"] < 0.01
+    probabilities = league.probabilities()
+    assert probabilities[2] > probabilities[1] > probabilities[0] > 0.03  # the floor keeps the beaten one in play
+    draws = league.choose(torch.rand(100_000, generator=torch.Generator().manual_seed(0)))
+    shares = torch.bincount(draws, minlength=3).float() / len(draws)
+    assert torch.allclose(shares, probabilities, atol=0.01)
+    league.reset(0)
+    assert league.summary()["snapshot_0"] == 0.5
+    with pytest.raises(ValueError, match="at least one opponent"):
+        League(0, {})
+
+
+def test_fixed_players_play_their_games_the_draw_picks_the_opponent_and_only_the_learner_trains() -> None:
+    model = _model()
+    players = SelfPlayPolicy(model.policy, pool_size=1, fixed={"first": first_legal})
+    games = TurnBasedEnv("tictactoe_v3", opponents=2, n_games=8)
+    games.set_seed(0)
+    batch = next(iter(Collector(games, players, frames_per_batch=256, total_frames=256)))
+    assert torch.equal(batch["opponent"], players.league.choose(batch["opponent_draw"]))
+    fixed_moves = ~players.learner_moves(batch) & (batch["opponent"] == 1)
+    assert int(fixed_moves.sum()) > 20
+    first = batch["action_mask"][fixed_moves].int().argmax(-1)
+    assert torch.equal(batch["action"][fixed_moves], first)
+    assert (batch["action_log_prob"][fixed_moves] == 0).all()
+    model.learn(3 * 256, collector=Collector(games, players, frames_per_batch=256))
+    scores = players.league.scores
+    assert ((scores >= 0) & (scores <= 1)).all() and (scores != 0.5).all(), scores  # both opponents' games counted
+
+
+def test_a_league_reaches_worker_processes_with_its_scores_and_its_fixed_players() -> None:
+    board = np.zeros((6, 7, 2))
+    board[5, 3, 1] = board[5, 4, 1] = board[5, 2, 0] = 1
+    copy, original = pickle.loads(pickle.dumps(negamax(2))), negamax(2)
+    for seed in range(5):  # the copy searches as the original does
+        mask = np.ones(7, bool)
+        assert copy(board, mask, np.random.default_rng(seed)) == original(board, mask, np.random.default_rng(seed))
+    model = _model()
+    players = SelfPlayPolicy(model.policy, pool_size=1, fixed={"perfect": perfect_tictactoe})
+    makers = [lambda: TurnBasedEnv("tictactoe_v3", opponents=2)] * 2
+    collector = MultiSyncCollector(makers, players, frames_per_batch=128, total_frames=-1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            players.league.scores.copy_(torch.tensor([1.0, 0.0]))  # the learner beats its snapshot, never perfect
+            collector.update_policy_weights_()
+            stream = iter(collector)
+            next(stream)  # games dealt before the update may still run
+            batch = next(stream)
+    finally:
+        collector.shutdown()
+    theirs = ~players.learner_moves(batch)
+    share = (batch["opponent"][theirs] == 1).float().mean().item()
+    assert share > 0.85, share  # the workers drew by the scores sent to them (0.955 for perfect)
