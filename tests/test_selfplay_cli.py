@@ -152,8 +152,12 @@ def test_the_same_seed_gives_the_same_evaluation_json(collector: str, league: li
         assert proc.returncode == 0, proc.stderr[-3000:]
         records.append((out / "evaluation.json").read_text().replace(str(out), "<out>"))
     assert records[0] == records[1]
-    if league:  # the league is in the record, as given
-        assert json.loads(records[0])["config"]["league_players"] == ["perfect", "random"]
+    if league:  # the league is in the record, as given, with the learner's final score against each opponent
+        record = json.loads(records[0])
+        assert record["config"]["league_players"] == ["perfect", "random"]
+        scores = record["league_scores"]
+        assert list(scores) == ["snapshot_0", "perfect", "random"] and all(0 <= s <= 1 for s in scores.values())
+        assert scores["perfect"] < 0.5  # nobody beats the perfect player: the learner's score against it fell
 
 
 def test_continuing_with_hyperparams_applies_them_and_records_what_was_used(tmp_path: Path) -> None:

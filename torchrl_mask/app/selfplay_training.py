@@ -216,9 +216,11 @@ def _pool_note(model: Model, pool_size: int) -> None:
         print(f"Building {pool_size} snapshots of the policy ({weights:,} weights each, {megabytes:.1f} MB in all).")
 
 
-def _learn(config: TrainConfig, model: Model, out: Path, game: str, rates: WinRates) -> None:
-    """Train; save the model however training ends (an interrupt, or anything that raises), then say so."""
+def _learn(config: TrainConfig, model: Model, out: Path, game: str, rates: WinRates) -> dict[str, float] | None:
+    """Train; save the model however training ends (an interrupt, or anything that raises), then say so. Returns
+    the learner's final score against each opponent of its league, if it has one."""
     collector = build_collector(config, model, game, config.pool_size)
+    league = collector.policy.league
     try:  # learn() shuts the collector and its workers down, also on an interrupt or an error
         model.learn(config.n_timesteps, [rates, *checkpoints(config, out)], progress_bar=config.progress_bar,
                     collector=collector, reset_num_timesteps=config.trained_agent is None)  # fmt: skip
@@ -231,12 +233,17 @@ def _learn(config: TrainConfig, model: Model, out: Path, game: str, rates: WinRa
         write_curve(out, rates.points)
         raise failed(out, f"training (at move {model.num_timesteps:,})", err) from err
     model.save(out / "model.zip")
+    return None if league is None else league.summary()
 
 
-def _evaluate_and_write(config: TrainConfig, model: Model, out: Path, game: str, rates: WinRates) -> dict:
+def _evaluate_and_write(
+    config: TrainConfig, model: Model, out: Path, game: str, rates: WinRates, league: dict[str, float] | None
+) -> dict:
     """The final evaluation against the game's ladder, then the files; the model is saved already."""
     try:
         evaluation = evaluate_ladder(model, game, config.eval_episodes, config.seed + EVAL_SEED_OFFSET)
+        if league is not None:  # the learner's running score (1 a win, 0 a loss) against each opponent it met
+            evaluation["league_scores"] = league
     except KeyboardInterrupt as stop:
         write_curve(out, rates.points)
         raise TrainingInterrupted(out, model.num_timesteps) from stop
@@ -272,8 +279,8 @@ def train(config: TrainConfig) -> SelfPlayResult:
         every = config.eval_freq or config.n_timesteps // EVAL_POINTS
         games = min(EVAL_POINT_GAMES, config.eval_episodes)
         rates = WinRates(game, every, games, config.seed + EVAL_SEED_OFFSET)
-        _learn(config, model, out, game, rates)
-        evaluation = _evaluate_and_write(config, model, out, game, rates)
+        league = _learn(config, model, out, game, rates)
+        evaluation = _evaluate_and_write(config, model, out, game, rates, league)
     files = ["model.zip", "evaluation.json", "learning_curve.png"] + (["win_rates.csv"] if rates.points else [])
     files += checkpoint_files(out)
     return SelfPlayResult(model, out, evaluation, rates.points, files)
