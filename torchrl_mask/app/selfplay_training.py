@@ -107,13 +107,15 @@ def build_collector(config: TrainConfig, model: Model, game: str, pool_size: int
     frames = config.n_envs * model.n_steps
     if config.collector == "multisync":
         collector: BaseCollector = MultiSyncCollector(makers, policy, frames_per_batch=frames, total_frames=-1,
-                                                      num_threads=config.threads)  # fmt: skip
+                                                      num_threads=config.threads,
+                                                      auto_register_policy_transforms=False)  # fmt: skip
         collector.set_seed(config.seed)
         collector.reset()
         return collector
     games = _game_env(game, opponents, config.n_envs, primer)  # one env, one policy forward for all games
     games.set_seed(config.seed)
-    return Collector(games, policy, frames_per_batch=frames, total_frames=-1)
+    # the env carries what the policy reads already ("is_init"; the LSTM primer appended above): nothing to add
+    return Collector(games, policy, frames_per_batch=frames, total_frames=-1, auto_register_policy_transforms=False)
 
 
 def build_model(config: TrainConfig, game: str, device: str) -> Model:

@@ -101,7 +101,8 @@ def collection(game: str, batches: int, seed: int) -> float:
     games = TurnBasedEnv(game, n_games=defaults["n_envs"])
     games.set_seed(seed)
     frames = defaults["n_envs"] * defaults["n_steps"]
-    collector = Collector(games, SelfPlayPolicy(model.policy), frames_per_batch=frames, total_frames=-1)
+    collector = Collector(games, SelfPlayPolicy(model.policy), frames_per_batch=frames, total_frames=-1,
+                          auto_register_policy_transforms=False)  # fmt: skip
     try:
         stream = iter(collector)
         next(stream)
