@@ -93,22 +93,7 @@ def _add_what_to_train(train: argparse.ArgumentParser) -> None:
         + ", ".join(sorted(set(GAME_HYPERPARAMS) - {"default"}))
         + ": PettingZoo's classic games with masked observations)",
     )
-    train.add_argument(
-        "--pool-size",
-        type=_non_negative_int,
-        default=defaults.pool_size,
-        metavar="N",
-        help="pettingzoo:<game> only: play the learner against N snapshots of its past weights; 0 is pure self-play",
-    )
-    train.add_argument(
-        "--league-players",
-        nargs="+",
-        default=list(defaults.league_players),
-        metavar="NAME",
-        help="pettingzoo:<game> only: fixed players of the game's evaluation ladder the learner also meets "
-        "(tic-tac-toe: random heuristic perfect; Connect Four: random heuristic negamax_2), drawn with the snapshots "
-        "by what it does not beat yet",
-    )
+    _add_league(train, defaults)
     train.add_argument(
         "--algo",
         choices=sorted(ALGOS),
@@ -149,6 +134,26 @@ def _add_what_to_train(train: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="PATH",
         help="a saved model (.zip) to continue training (its policy is kept)",
+    )
+
+
+def _add_league(train: argparse.ArgumentParser, defaults: TrainConfig) -> None:
+    """Self-play's opponents: past snapshots and the game's fixed players."""
+    train.add_argument(
+        "--pool-size",
+        type=_non_negative_int,
+        default=defaults.pool_size,
+        metavar="N",
+        help="pettingzoo:<game> only: play the learner against N snapshots of its past weights; 0 is pure self-play",
+    )
+    train.add_argument(
+        "--league-players",
+        nargs="+",
+        default=list(defaults.league_players),
+        metavar="NAME",
+        help="pettingzoo:<game> only: fixed players of the game's evaluation ladder the learner also meets "
+        "(tic-tac-toe: random heuristic perfect; Connect Four: random heuristic negamax_2), drawn with the snapshots "
+        "by what it does not beat yet",
     )
 
 
