@@ -13,7 +13,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from torchrl_mask import MaskablePPO, SeatEnv
+from torchrl_mask import MaskablePPO, MaskableRecurrentPPO, SeatEnv
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = r"Your move \((.*)\)\r\n> "
@@ -29,6 +29,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for game in ("tictactoe_v3", "connect_four_v3", "leduc_holdem_v4"):
         paths[game] = folder / f"{game}.zip"
         MaskablePPO("MlpPolicy", SeatEnv(game), seed=0).save(paths[game])
+    paths["leduc_lstm"] = folder / "leduc_lstm.zip"
+    MaskableRecurrentPPO("MlpLstmPolicy", SeatEnv("leduc_holdem_v4"), policy_kwargs={"lstm_hidden_size": 8},
+                         seed=0).save(paths["leduc_lstm"])  # fmt: skip
     return paths
 
 
@@ -108,6 +111,19 @@ def test_a_card_game_shows_the_hand_and_names_the_moves_and_ends_with_the_chips(
     child.sendline("fold")
     child.expect(r"The model won 0\.5 big blinds\.")
     child.expect(pexpect.EOF)
+
+
+@pytest.mark.slow
+def test_an_lstm_model_plays_a_hand_with_its_state_carried_over_its_moves(models: dict[str, Path]) -> None:
+    child = _spawn("--env", "pettingzoo:leduc_holdem_v4", "-i", str(models["leduc_lstm"]), "--seat", "second")
+    child.expect(r"You play second")
+    child.expect(r"The model plays (call|raise|fold|check)\.")  # the model's seat opens the hand
+    chips = r"(You won|The model won) [0-9.]+ big blinds\.|A split pot: nobody won chips\."
+    while child.expect([PROMPT, chips]) == 0:  # the person calls or checks: the hand runs to its end
+        child.sendline(next(move for move in ("check", "call") if move in _legal(child)))
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0 and "Traceback" not in (child.before or "")
 
 
 @pytest.mark.slow
