@@ -230,3 +230,21 @@ def test_bench_selfplay_reports_both_speeds_of_each_game_as_ratios_to_its_own_ra
         assert c_low == c_median == c_high and r_low == r_median == r_high  # one round: one ratio
         assert c_median == pytest.approx(collect / base, abs=0.01 + 0.5 * collect / base**2)
         assert r_median == pytest.approx(run / base, abs=0.01 + 0.5 * run / base**2)
+
+
+def test_bench_memory_trains_both_models_for_the_same_time_and_reports_their_chips_and_illegal_moves():
+    # `torchrl-mask bench memory` as a user runs it, tiny: each model trains for one rollout's worth of seconds.
+    args = ["bench", "memory", "--minutes", "0.01", "--seeds", "0", "--games", "4"]
+    done = subprocess.run([sys.executable, "-m", "torchrl_mask", *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    chips = r"[+-]\d\.\d{3} ± \d\.\d{3}"
+    for model in ("feed-forward", "LSTM"):
+        row = re.search(rf"^\| 0 \| {model} \| ([\d,]+) \| {chips} \| {chips} \| ({chips}) \| (\d+) \|$", done.stdout,
+                        re.M)  # fmt: skip
+        assert row is not None, done.stdout
+        assert int(row.group(1).replace(",", "")) >= 512 and row.group(3) == "0"  # a whole rollout; no illegal move
+    head_to_head = re.findall(rf"^\| 0 \| \S+ \| [\d,]+ \| {chips} \| {chips} \| ([+-]\d\.\d{{3}})", done.stdout, re.M)
+    assert float(head_to_head[0]) == -float(head_to_head[1])  # one model's chips are the other's loss
+    refused = subprocess.run([sys.executable, "-m", "torchrl_mask", "bench", "memory", "--game", "tictactoe_v3"],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert refused.returncode == 2 and "this benchmark counts chips" in refused.stderr

@@ -5,8 +5,8 @@
 (``--algo ppo_lstm_mask``, each seat with its own LSTM state), each for ``--minutes`` of wall time, one after the
 other, so that machine load falls on both alike. Then it plays ``--games`` games (each seat half of them, seeded)
 of each model against the game's ladder (a random legal player; for Leduc hold'em, rlcard's rule agent) and the
-two models against each other, and reports chips won per game: per seed, and the median over seeds with the
-worst beside it.
+two models against each other, and reports chips won per game (per seed, and the median over seeds with the worst
+beside it) and each model's illegal moves.
 
 In Leduc hold'em a seat's view holds its card, the public card and both seats' chips in the pot, not the order of
 the bets that put them there; an LSTM can keep that order, the feed-forward policy cannot.
@@ -29,7 +29,8 @@ NAMES = {"ppo_mask": "feed-forward", "ppo_lstm_mask": "LSTM"}
 
 
 class StopAfter(BaseCallback):
-    """Stops training at the first rollout's end past ``seconds`` of wall time from the start of ``learn``.
+    """Stops training at the first rollout that starts past ``seconds`` of wall time from the start of ``learn``:
+    every rollout collected before it is trained on in full, and that one is dropped at its first step.
 
     :param seconds: the time budget.
     """
@@ -39,12 +40,16 @@ class StopAfter(BaseCallback):
         self.seconds = seconds
         self.start = 0.0
         self.stopped = False
+        self.trained = 0  # moves trained on when the budget ran out
 
     def _on_training_start(self) -> None:
         self.start = time.perf_counter()
 
+    def _on_rollout_start(self) -> None:
+        if not self.stopped and time.perf_counter() - self.start >= self.seconds:
+            self.stopped, self.trained = True, self.num_timesteps
+
     def _on_step(self) -> bool:
-        self.stopped = time.perf_counter() - self.start >= self.seconds
         return not self.stopped
 
 
@@ -55,21 +60,23 @@ class SeedResult:
     :param seed: the seed of both runs and of the evaluation games.
     :param moves: moves each model trained on in its time, by algo.
     :param chips: ``{algo: {opponent: (mean, std)}}``; the opponent ``"other"`` is the other model.
+    :param illegal: each model's illegal moves over all its evaluation games, by algo.
     """
 
     seed: int
     moves: dict[str, int] = field(default_factory=dict)
     chips: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
+    illegal: dict[str, int] = field(default_factory=dict)
 
 
-def train_for(algo: str, game: str, seconds: float, seed: int) -> Any:
+def train_for(algo: str, game: str, seconds: float, seed: int) -> tuple[Any, int]:
     """The train job's self-play model of ``algo``, trained at the game's defaults for ``seconds`` of wall time.
 
     :param algo: ``"ppo_mask"`` or ``"ppo_lstm_mask"``.
     :param game: a PettingZoo classic game.
-    :param seconds: the wall-time budget (training stops at the first rollout's end past it).
+    :param seconds: the wall-time budget (no rollout starts past it; the last one before it is trained on).
     :param seed: the run's seed.
-    :return: the trained model.
+    :return: the trained model and the moves it trained on.
     """
     from torchrl_mask.app.config import TrainConfig, game_hyperparams
     from torchrl_mask.app.selfplay_training import build_collector, build_model
@@ -80,35 +87,40 @@ def train_for(algo: str, game: str, seconds: float, seed: int) -> Any:
     config = TrainConfig(env_id=f"pettingzoo:{game}", n_timesteps=10**12, n_envs=n_envs, hyperparams=hyperparams,
                          seed=seed, verbose=0, progress_bar=False, algo=algo)  # type: ignore[arg-type]  # fmt: skip
     model = build_model(config, game, "cpu")
-    model.learn(10**12, callback=StopAfter(seconds), collector=build_collector(config, model, game, 0))
-    return model
+    stop = StopAfter(seconds)
+    model.learn(10**12, callback=stop, collector=build_collector(config, model, game, 0))
+    return model, stop.trained
 
 
-def evaluate(models: dict[str, Any], game: str, games: int, seed: int) -> dict[str, dict[str, tuple[float, float]]]:
-    """Each model against the game's ladder and against the other model: chips won per game (mean, std).
+def evaluate(models: dict[str, Any], game: str, games: int, seed: int, result: SeedResult) -> None:
+    """Each model against the game's ladder and against the other model: chips won per game (mean, std) and
+    illegal moves, into ``result``.
 
     :param models: ``{algo: model}`` for the two algos.
     :param game: the game.
     :param games: games per pairing, each seat half of them.
     :param seed: seeds the games and the players.
-    :return: ``{algo: {opponent: (mean, std)}}``.
+    :param result: the seed's result, whose ``chips`` and ``illegal`` are filled.
     """
     import numpy as np
 
     from torchrl_mask.games.evaluation import evaluate_games, model_player, play_games
     from torchrl_mask.games.ladder import ladder
 
-    chips: dict[str, dict[str, tuple[float, float]]] = {}
+    chips, illegal = result.chips, result.illegal
     for algo, model in models.items():
-        chips[algo] = {}
+        chips[algo], illegal[algo] = {}, 0
         for opponent in ladder(game).opponents:
-            result = evaluate_games(model, game, opponent, games, seed)
-            chips[algo][opponent] = (result["mean"], result["std"])
+            measured = evaluate_games(model, game, opponent, games, seed)
+            chips[algo][opponent] = (measured["mean"], measured["std"])
+            illegal[algo] += measured["illegal_moves"]
     lstm, feedforward = (model_player(models[algo]) for algo in ("ppo_lstm_mask", "ppo_mask"))
-    won = np.array([record.returns[record.seat] for record in play_games(game, lstm, feedforward, games, seed)])
+    records = play_games(game, lstm, feedforward, games, seed)
+    won = np.array([record.returns[record.seat] for record in records])
     chips["ppo_lstm_mask"]["other"] = (float(won.mean()), float(won.std()))
     chips["ppo_mask"]["other"] = (float(-won.mean()), float(won.std()))  # two seats: one's chips are the other's loss
-    return chips
+    illegal["ppo_lstm_mask"] += sum(int(record.illegal[record.seat]) for record in records)
+    illegal["ppo_mask"] += sum(int(record.illegal.sum() - record.illegal[record.seat]) for record in records)
 
 
 def render(results: list[SeedResult], command: str, minutes: float, games: int) -> str:
@@ -129,11 +141,13 @@ def render(results: list[SeedResult], command: str, minutes: float, games: int) 
             means = [result.chips[algo][name][0] for result in results]
             cells.append(f"{statistics.median(means):+.3f} ({min(means):+.3f})")
         lines.append(f"| {NAMES[algo]} | {moves:,.0f} | {' | '.join(cells)} |")
-    lines += ["", "| seed | model | moves trained | " + header + " |", "|---|---|---|" + "---|" * len(opponents)]
+    lines += ["", f"| seed | model | moves trained | {header} | illegal moves |",
+              "|---|---|---|" + "---|" * (len(opponents) + 1)]  # fmt: skip
     for result in results:
         for algo in ALGOS:
             cells = [f"{mean:+.3f} ± {std:.3f}" for mean, std in result.chips[algo].values()]
-            lines.append(f"| {result.seed} | {NAMES[algo]} | {result.moves[algo]:,} | {' | '.join(cells)} |")
+            lines.append(f"| {result.seed} | {NAMES[algo]} | {result.moves[algo]:,} | {' | '.join(cells)} | "
+                         f"{result.illegal[algo]} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -170,11 +184,10 @@ def main(argv: list[str] | None = None) -> int:
         result = SeedResult(seed)
         models = {}
         for algo in ALGOS:
-            models[algo] = train_for(algo, args.game, args.minutes * 60, seed)
-            result.moves[algo] = int(models[algo].num_timesteps)
+            models[algo], result.moves[algo] = train_for(algo, args.game, args.minutes * 60, seed)
             print(f"seed {seed}: {NAMES[algo]} trained on {result.moves[algo]:,} moves", flush=True)
-        result.chips = evaluate(models, args.game, args.games, seed)
-        print(f"seed {seed}: {result.chips}", flush=True)
+        evaluate(models, args.game, args.games, seed, result)
+        print(f"seed {seed}: {result.chips}, illegal moves {result.illegal}", flush=True)
         results.append(result)
     command = "torchrl-mask bench memory " + " ".join(argv if argv is not None else [])
     print()
