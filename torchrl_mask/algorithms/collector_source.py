@@ -209,23 +209,27 @@ class CollectorRollout:
             return batch.reshape(-1, batch.shape[-1])
         return batch
 
-    def _buffer_for(self, n_envs: int, steps: int) -> MaskableRolloutBuffer:
+    def _buffer_for(self, n_envs: int, steps: int) -> Any:
         """The model's rollout buffer, re-made once if the collector's batch shape differs from it."""
-        model = self.model
-        buffer: MaskableRolloutBuffer = model.rollout_buffer  # type: ignore[assignment]
+        buffer = self.model.rollout_buffer
         if (buffer.n_envs, buffer.buffer_size) != (n_envs, steps):
-            buffer = type(buffer)(
-                steps,
-                model.observation_space,
-                model.action_space,
-                device=model.device,
-                gamma=model.gamma,
-                gae_lambda=model.gae_lambda,
-                n_envs=n_envs,
-                **(model.rollout_buffer_kwargs or {}),
-            )
-            model.rollout_buffer = buffer
+            buffer = self.model.rollout_buffer = self._new_buffer(n_envs, steps)
         return buffer
+
+    def _new_buffer(self, n_envs: int, steps: int) -> MaskableRolloutBuffer:
+        """A rollout buffer of the model's kind for ``n_envs`` rows of ``steps`` (the hook the recurrent source
+        overrides: its buffer also takes the LSTM states' shape)."""
+        model = self.model
+        return type(model.rollout_buffer)(  # type: ignore[return-value]
+            steps,
+            model.observation_space,
+            model.action_space,
+            device=model.device,
+            gamma=model.gamma,
+            gae_lambda=model.gae_lambda,
+            n_envs=n_envs,
+            **(model.rollout_buffer_kwargs or {}),
+        )
 
 
 def check_masks_kept(batch: TensorDictBase) -> None:

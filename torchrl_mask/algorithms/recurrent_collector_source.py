@@ -102,29 +102,24 @@ class RecurrentCollectorRollout(CollectorRollout):
         check_masks_kept(batch)
         check_states_carried(batch)
         self.module.add_next_state_value(batch)
-        buffer = self._recurrent_buffer_for(batch.shape[0], batch.shape[1])
+        buffer = self._buffer_for(batch.shape[0], batch.shape[1])
         buffer.reset()
         buffer.extend(batch, self.module.observation_keys, self.reward_key)
         return buffer, batch
 
-    def _recurrent_buffer_for(self, n_envs: int, steps: int) -> MaskableRecurrentRolloutBuffer:
-        """The model's rollout buffer, re-made once if the collector's batch shape differs from it."""
+    def _new_buffer(self, n_envs: int, steps: int) -> MaskableRecurrentRolloutBuffer:  # type: ignore[override]
         model: Any = self.model
-        buffer: MaskableRecurrentRolloutBuffer = model.rollout_buffer
-        if (buffer.n_envs, buffer.buffer_size) != (n_envs, steps):
-            _, layers, _, hidden = buffer.hidden_state_shape
-            buffer = type(buffer)(
-                steps,
-                model.observation_space,
-                model.action_space,
-                (steps, layers, n_envs, hidden),
-                model.device,
-                gamma=model.gamma,
-                gae_lambda=model.gae_lambda,
-                n_envs=n_envs,
-            )
-            model.rollout_buffer = buffer
-        return buffer
+        _, layers, _, hidden = model.rollout_buffer.hidden_state_shape
+        return type(model.rollout_buffer)(
+            steps,
+            model.observation_space,
+            model.action_space,
+            (steps, layers, n_envs, hidden),
+            model.device,
+            gamma=model.gamma,
+            gae_lambda=model.gae_lambda,
+            n_envs=n_envs,
+        )
 
 
 def check_states_carried(batch: TensorDictBase) -> None:

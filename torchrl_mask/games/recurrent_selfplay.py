@@ -203,7 +203,7 @@ class RecurrentSelfPlayRollout(SelfPlayRollout, RecurrentCollectorRollout):
     def _extend(self, rows: TensorDictBase) -> MaskableRecurrentRolloutBuffer:  # type: ignore[override]
         """The recurrent rollout from ``rows``: episodes start at the seats' games' starts, sequences also at each
         trajectory's start (``"is_init"`` of the rows)."""
-        buffer = self._recurrent_buffer_for(rows.shape[0], rows.shape[1])
+        buffer = self._buffer_for(rows.shape[0], rows.shape[1])
         buffer.reset()
         steps = rows.copy()
         steps.set(st.IS_INIT, rows.get(GAME_START))
