@@ -11,6 +11,7 @@ import torch
 from torchrl.collectors import Collector, MultiSyncCollector
 
 from torchrl_mask import MaskablePPO, SeatEnv, SelfPlayPolicy, TurnBasedEnv
+from torchrl_mask.games.evaluation import WinRates, evaluate_games, point_values
 from torchrl_mask.games.league import League
 from torchrl_mask.games.search import negamax, perfect_tictactoe
 
@@ -87,3 +88,28 @@ def test_a_league_reaches_worker_processes_with_its_scores_and_its_fixed_players
     assert (before != sent).any()  # the scores it had before the update would have drawn otherwise
     theirs = ~players.learner_moves(batch)
     assert (batch["opponent"][theirs] == 1).any()  # perfect, a fixed player, moved in a worker
+
+
+def test_win_rates_measures_every_snapshot_as_it_is_taken_and_names_its_slot() -> None:
+    model = _model()
+    players = SelfPlayPolicy(model.policy, pool_size=2, snapshot_every=1)
+    games = TurnBasedEnv("tictactoe_v3", opponents=2, n_games=4)
+    games.set_seed(0)
+    rates = WinRates("tictactoe_v3", every=0, games=6, seed=1, players=players)
+    model.learn(4 * 64, callback=rates, collector=Collector(games, players, frames_per_batch=64))
+    slots = [point["snapshot"] for point in rates.points]
+    assert players.snapshots > 2 and slots == [n % 2 for n in range(players.snapshots)]  # one a snapshot, no other
+    final = _model()  # the weights the last snapshot holds, measured again: the same figures as its point
+    final.policy.load_state_dict(players.pool[players.latest_slot].policy.state_dict())
+    results = {
+        name: evaluate_games(final, "tictactoe_v3", name, 6, seed=1) for name in ("random", "heuristic", "perfect")
+    }
+    again = {
+        f"vs_{name}_{key}": value for name, result in results.items() for key, value in point_values(result).items()
+    }
+    measured = {key: value for key, value in rates.points[-1].items() if key.startswith("vs_")}
+    assert again == measured
+    snapshot, learner = final.policy.state_dict(), model.policy.state_dict()
+    assert any(
+        not torch.equal(snapshot[key], learner[key]) for key in learner
+    )  # the learner trained on past its last snapshot, so the point is the snapshot's, not the final model's

@@ -158,6 +158,8 @@ def test_the_same_seed_gives_the_same_evaluation_json(collector: str, league: li
         scores = record["league_scores"]
         assert list(scores) == ["snapshot_0", "perfect", "random"] and all(0 <= s <= 1 for s in scores.values())
         assert scores["perfect"] < 0.5  # nobody beats the perfect player: the learner's score against it fell
+        header = (tmp_path / "a" / "win_rates.csv").read_text().splitlines()[0].split(",")
+        assert header[:3] == ["timestep", "seconds", "snapshot"]  # which points measured a snapshot of the pool
 
 
 def test_continuing_with_hyperparams_applies_them_and_records_what_was_used(tmp_path: Path) -> None:

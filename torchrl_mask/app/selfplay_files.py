@@ -1,8 +1,10 @@
 """What a self-play run writes into its output folder, besides ``model.zip``: the curve, the evaluation, the plot.
 
 - ``win_rates.csv``: one row per measurement during training (:class:`~torchrl_mask.games.evaluation.WinRates`):
-  ``timestep``, ``seconds`` (training's wall time up to the point, the measurements left out) and
-  ``vs_<opponent>_<value>`` columns (``vs_random_win``, ``vs_random_chips``, ``vs_self_score``);
+  ``timestep``, ``seconds`` (training's wall time up to the point, the measurements left out), with a pool
+  ``snapshot`` (the pool slot that took a copy of the weights measured at that point, -1 for the points between:
+  every snapshot is measured as it is taken), and ``vs_<opponent>_<value>`` columns (``vs_random_win``,
+  ``vs_random_chips``, ``vs_self_score``);
 - ``evaluation.json``: the final evaluation against the game's ladder
   (:func:`~torchrl_mask.games.evaluation.evaluate_ladder`), the configuration given, and ``"used"``: the
   hyperparameters the model really trained with (read from the model, so a loaded ``-i`` model's own values show);
@@ -99,7 +101,7 @@ def plot_win_rates(curve: list[dict[str, Any]], evaluation: dict[str, Any], titl
     fig, ax = plt.subplots(figsize=(8, 4.6), layout="constrained")
     seconds = [point["seconds"] for point in curve]
     for column in curve[0] if curve else {}:
-        if column in ("timestep", "seconds") or column.endswith("_draw"):
+        if column in ("timestep", "seconds", "snapshot") or column.endswith("_draw"):
             continue
         style = "--" if column.endswith("_loss") else "-"
         ax.plot(seconds, [point[column] for point in curve], ls=style, marker="o", label=column.removeprefix("vs_"))

@@ -218,10 +218,10 @@ def _pool_note(model: Model, pool_size: int) -> None:
         print(f"Building {pool_size} snapshots of the policy ({weights:,} weights each, {megabytes:.1f} MB in all).")
 
 
-def _learn(config: TrainConfig, model: Model, out: Path, game: str, rates: WinRates) -> dict[str, float] | None:
+def _learn(config: TrainConfig, model: Model, out: Path, collector: BaseCollector, rates: WinRates
+           ) -> dict[str, float] | None:  # fmt: skip
     """Train; save the model however training ends (an interrupt, or anything that raises), then say so. Returns
     the learner's final score against each opponent of its league, if it has one."""
-    collector = build_collector(config, model, game, config.pool_size)
     league = collector.policy.league
     try:  # learn() shuts the collector and its workers down, also on an interrupt or an error
         model.learn(config.n_timesteps, [rates, *checkpoints(config, out)], progress_bar=config.progress_bar,
@@ -278,10 +278,13 @@ def train(config: TrainConfig) -> SelfPlayResult:
     with run_folder.claim(out, config.overwrite):
         model = build_model(config, game, device)
         _pool_note(model, config.pool_size)
+        collector = build_collector(config, model, game, config.pool_size)
+        # with a pool, each snapshot is measured as it is taken, besides the points every `every` moves
         every = config.eval_freq or config.n_timesteps // EVAL_POINTS
         games = min(EVAL_POINT_GAMES, config.eval_episodes)
-        rates = WinRates(game, every, games, config.seed + EVAL_SEED_OFFSET)
-        league = _learn(config, model, out, game, rates)
+        players = collector.policy if config.pool_size else None
+        rates = WinRates(game, every, games, config.seed + EVAL_SEED_OFFSET, players)
+        league = _learn(config, model, out, collector, rates)
         evaluation = _evaluate_and_write(config, model, out, game, rates, league)
     files = ["model.zip", "evaluation.json", "learning_curve.png"] + (["win_rates.csv"] if rates.points else [])
     files += checkpoint_files(out)

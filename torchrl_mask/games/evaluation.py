@@ -287,22 +287,28 @@ def point_values(result: dict[str, Any]) -> dict[str, float]:
 
 
 class WinRates(BaseCallback):
-    """Measures the model against its game's ladder every ``every`` moves trained on, at a rollout's end.
+    """Measures the model against its game's ladder every ``every`` moves trained on, at a rollout's end, and,
+    given the self-play ``players`` of a run with a pool, at every snapshot of the learner they take.
 
     Each point is ``{"timestep", "seconds", "vs_<opponent>_<value>": ...}`` with :func:`point_values`' names
     (``vs_random_win``, ``vs_random_chips``, ``vs_self_score``); ``seconds`` is the wall time of training up to
     the point, since ``learn`` began, the measurements themselves left out (the one value that differs between
-    two runs of one seed).
+    two runs of one seed). With ``players``, each point also has ``"snapshot"``: the pool slot that took a copy of
+    the weights measured (the snapshot's strength when it was taken), or -1 for a point between snapshots.
 
     :param game: the game's name.
-    :param every: moves trained on between measurements.
+    :param every: moves trained on between measurements; 0 with ``players``: at the snapshots only.
     :param games: games per opponent at each measurement.
     :param seed: seeds the evaluation games (the same at every point).
+    :param players: a :class:`~torchrl_mask.games.selfplay.SelfPlayPolicy` with a pool, whose snapshots are
+        measured as they are taken (its ``snapshots`` count and ``latest_slot``).
     """
 
-    def __init__(self, game: str, every: int, games: int, seed: int) -> None:
+    def __init__(self, game: str, every: int, games: int, seed: int, players: Any = None) -> None:
         super().__init__()
-        self.game, self.every, self.games, self.seed = game, max(every, 1), games, seed
+        self.game, self.games, self.seed, self.players = game, games, seed, players
+        self.every = max(every, 1) if every or players is None else None
+        self._snapshots = 0  # the players' snapshots measured so far
         self.points: list[dict[str, Any]] = []
         self._next = 0
         self._start = time.perf_counter()
@@ -315,11 +321,17 @@ class WinRates(BaseCallback):
         return True
 
     def _on_rollout_end(self) -> None:
-        if self.num_timesteps < self._next:
+        snapshot = self.players is not None and self.players.snapshots > self._snapshots
+        due = self.every is not None and self.num_timesteps >= self._next
+        if not snapshot and not due:
             return
-        self._next = self.num_timesteps + self.every
+        if due and self.every is not None:
+            self._next = self.num_timesteps + self.every
         began = time.perf_counter()
         point: dict[str, Any] = {"timestep": self.num_timesteps, "seconds": began - self._start - self._measuring}
+        if self.players is not None:  # the weights the latest snapshot copied are the model's now
+            self._snapshots = self.players.snapshots
+            point["snapshot"] = self.players.latest_slot if snapshot else -1
         for opponent in ladder(self.game).opponents:
             result = evaluate_games(self.model, self.game, opponent, self.games, self.seed)
             point.update({f"vs_{opponent}_{key}": value for key, value in point_values(result).items()})

@@ -115,6 +115,8 @@ class SelfPlayPolicy(TensorDictModuleBase):
         self.league = None if not pool_size and not fixed else League(pool_size, fixed)
         self.snapshot_every = snapshot_every
         self.rollouts = 0  # rollouts seen, for the snapshot schedule
+        self.snapshots = 0  # snapshots taken so far
+        self.latest_slot = -1  # the pool slot the latest snapshot went into
         drawn = (SEAT, LEARNER_SEAT, OPPONENT, OPPONENT_DRAW) if self.league is not None else ()
         self.in_keys = [*self.learner.in_keys, *drawn]
         self.out_keys = [*self.learner.out_keys, *((OPPONENT,) if self.league is not None else ())]
@@ -224,6 +226,7 @@ class SelfPlayPolicy(TensorDictModuleBase):
         if len(self.pool) and self.rollouts % self.snapshot_every == 0:
             slot = (self.rollouts // self.snapshot_every - 1) % len(self.pool)
             self.pool[slot].policy.load_state_dict(self.policy.state_dict())  # type: ignore[union-attr]
+            self.snapshots, self.latest_slot = self.snapshots + 1, slot
             assert self.league is not None
             self.league.reset(slot)  # the learner's score against the weights that were there
 
