@@ -82,9 +82,10 @@ def test_a_league_reaches_worker_processes_with_its_scores_and_its_fixed_players
             batch = next(stream)
     finally:
         collector.shutdown()
-    sent = players.league.choose(batch["opponent_draw"])
-    assert torch.equal(batch["opponent"], sent)  # every worker move drew by the scores sent to it
-    before = League(1, {"perfect": perfect_tictactoe}).choose(batch["opponent_draw"])
+    choices = ~batch["opponent_chosen"]  # each game's first move, where its opponent is drawn
+    sent = players.league.choose(batch["opponent_draw"][choices])
+    assert torch.equal(batch["opponent"][choices], sent)  # every worker drew by the scores sent to it
+    before = League(1, {"perfect": perfect_tictactoe}).choose(batch["opponent_draw"][choices])
     assert (before != sent).any()  # the scores it had before the update would have drawn otherwise
     theirs = ~players.learner_moves(batch)
     assert (batch["opponent"][theirs] == 1).any()  # perfect, a fixed player, moved in a worker
@@ -113,3 +114,17 @@ def test_win_rates_measures_every_snapshot_as_it_is_taken_and_names_its_slot() -
     assert any(
         not torch.equal(snapshot[key], learner[key]) for key in learner
     )  # the learner trained on past its last snapshot, so the point is the snapshot's, not the final model's
+
+
+def test_a_game_keeps_the_opponent_its_first_move_drew_when_the_league_changes_its_mind() -> None:
+    players = SelfPlayPolicy(_model().policy, pool_size=1, fixed={"perfect": perfect_tictactoe})
+    games = TurnBasedEnv("tictactoe_v3", opponents=2, n_games=32)
+    games.set_seed(0)
+    stream = iter(Collector(games, players, frames_per_batch=32, total_frames=-1))
+    first = next(stream)  # every game's first move: even scores, so a draw above 0.5 is perfect
+    assert not first["opponent_chosen"].any() and torch.equal(first["opponent"], (first["opponent_draw"] > 0.5).long())
+    players.league.scores.copy_(torch.tensor([1.0, 0.0]))  # now perfect for any draw above 0.045
+    second = next(stream)  # every game's second move (no tic-tac-toe game ends in one)
+    assert second["opponent_chosen"].all() and torch.equal(second["opponent_draw"], first["opponent_draw"])
+    assert torch.equal(second["opponent"], first["opponent"])  # each game kept its opponent
+    assert (players.league.choose(second["opponent_draw"]) != second["opponent"]).any()  # a fresh draw would not

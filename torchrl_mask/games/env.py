@@ -19,7 +19,9 @@ carries what a self-play rollout needs to split the games into one trajectory pe
   ``opponents > 0``: drawn at every reset of the game, the seat the learning policy plays in this game, which of
   the opponents plays the others (uniformly) and a uniform number in ``[0, 1)`` that
   :class:`~torchrl_mask.games.selfplay.SelfPlayPolicy` maps through its league's probabilities to the opponent it
-  plays instead (:mod:`torchrl_mask.games.league`).
+  plays instead (:mod:`torchrl_mask.games.league`); then ``"opponent_chosen"`` (bool, ``()``): False at a game's
+  first move, after which the game keeps the ``"opponent"`` that move's tensordict held (the policy's choice),
+  so a game straddling a change of the league's probabilities keeps one opponent to its end.
 
 Each step's arrays are filled in numpy, game by game, and wrapped in one TensorDict.
 
@@ -64,6 +66,7 @@ SEAT_REWARD = "seat_reward"
 LEARNER_SEAT = "learner_seat"
 OPPONENT = "opponent"
 OPPONENT_DRAW = "opponent_draw"
+OPPONENT_CHOSEN = "opponent_chosen"
 _DONE_KEYS = ("done", "terminated", "truncated")
 SEED_RANGE = 2**31  # hanabi's reset(seed=) (OpenSpiel, a C++ int) takes 0 to 2**31 - 1
 
@@ -199,6 +202,7 @@ class TurnBasedEnv(EnvBase):
         self._masks = np.zeros((n, int(action_space.n)), dtype=bool)  # each game's legal moves now
         self._draws = np.zeros((n, 2), dtype=np.int64)  # each game's (learner seat, opponent)
         self._uniform = np.zeros(n, dtype=np.float32)  # each game's draw for a league's opponent
+        self._chosen = np.zeros(n, dtype=bool)  # each game's opponent fixed by its first move
         self._seat_index = {seat: index for index, seat in enumerate(self.seats)}
 
     def _specs(self, observation_space: spaces.Box, n_seats: int, n_actions: int) -> None:
@@ -220,6 +224,7 @@ class TurnBasedEnv(EnvBase):
             entries[LEARNER_SEAT] = Categorical(n_seats, shape=(), dtype=torch.int64)
             entries[OPPONENT] = Categorical(self.opponents, shape=(), dtype=torch.int64)
             entries[OPPONENT_DRAW] = Bounded(0.0, 1.0, shape=(), dtype=torch.float32)
+            entries[OPPONENT_CHOSEN] = Categorical(2, shape=(), dtype=torch.bool)
         batch = self.batch_size
         self.observation_spec = Composite(entries).expand(batch)
         self.action_spec = Categorical(n_actions, shape=batch, dtype=torch.int64)
@@ -258,6 +263,7 @@ class TurnBasedEnv(EnvBase):
         if self.opponents > 0:
             arrays[LEARNER_SEAT], arrays[OPPONENT] = draws[:, 0].copy(), draws[:, 1].copy()
             arrays[OPPONENT_DRAW] = self._uniform.copy()
+            arrays[OPPONENT_CHOSEN] = self._chosen.copy()
         batch = self.batch_size
         tensors = {key: torch.from_numpy(array).reshape((*batch, *array.shape[1:])) for key, array in arrays.items()}
         return TensorDict(tensors, batch_size=batch, device=self.device)
@@ -273,6 +279,7 @@ class TurnBasedEnv(EnvBase):
             if self.opponents > 0:
                 self._draws[index] = (self._rng.integers(len(self.seats)), self._rng.integers(self.opponents))
                 self._uniform[index] = self._rng.random()
+                self._chosen[index] = False
             self._observe(index, arrays)
         # games not reset: rows left as they are (TorchRL keeps those games' entries from the tensordict)
         arrays.update({key: np.zeros((n, 1), dtype=bool) for key in _DONE_KEYS})
@@ -289,6 +296,9 @@ class TurnBasedEnv(EnvBase):
                     "policy must draw under the step's 'action_mask' (MaskablePolicyModule or SelfPlayPolicy does)."
                 )
         n, seats, index_of = len(self.games), self.seats, self._seat_index
+        if self.opponents > 0:  # each game keeps the opponent its first move had (a league's choice)
+            self._draws[:, 1] = tensordict.get(OPPONENT).reshape(n).cpu().numpy()
+            self._chosen[:] = True
         arrays = self._arrays(n)
         observations, masks = arrays["observation"], self._masks
         # per game: the seat that moved, every seat's reward, (terminated, truncated)

@@ -39,7 +39,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from torchrl_mask.algorithms.collector_source import CollectorRollout
-from torchrl_mask.games.env import LEARNER_SEAT, OPPONENT, OPPONENT_DRAW, SEAT
+from torchrl_mask.games.env import LEARNER_SEAT, OPPONENT, OPPONENT_CHOSEN, OPPONENT_DRAW, SEAT
 from torchrl_mask.games.league import League
 from torchrl_mask.games.players import Player
 from torchrl_mask.games.seat_split import pack_rows, seat_transitions
@@ -117,7 +117,7 @@ class SelfPlayPolicy(TensorDictModuleBase):
         self.rollouts = 0  # rollouts seen, for the snapshot schedule
         self.snapshots = 0  # snapshots taken so far
         self.latest_slot = -1  # the pool slot the latest snapshot went into
-        drawn = (SEAT, LEARNER_SEAT, OPPONENT, OPPONENT_DRAW) if self.league is not None else ()
+        drawn = (SEAT, LEARNER_SEAT, OPPONENT, OPPONENT_DRAW, OPPONENT_CHOSEN) if self.league is not None else ()
         self.in_keys = [*self.learner.in_keys, *drawn]
         self.out_keys = [*self.learner.out_keys, *((OPPONENT,) if self.league is not None else ())]
 
@@ -150,7 +150,9 @@ class SelfPlayPolicy(TensorDictModuleBase):
         outputs = list(self.learner.module(*inputs))
         if self.league is not None:
             self._check_opponents(tensordict)
-            opponent = self.league.choose(tensordict.get(OPPONENT_DRAW))
+            # a game's first move draws its opponent; the game keeps it (the env carries it) to its end
+            drawn = self.league.choose(tensordict.get(OPPONENT_DRAW))
+            opponent = torch.where(tensordict.get(OPPONENT_CHOSEN), tensordict.get(OPPONENT), drawn)
             tensordict.set(OPPONENT, opponent)
             theirs = ~self.learner_moves(tensordict)
             for index, snapshot in enumerate(self.pool):
@@ -205,7 +207,7 @@ class SelfPlayPolicy(TensorDictModuleBase):
         lacks (those moves would silently be the learner's)."""
         assert self.league is not None
         n = len(self.league.names)
-        if any(key not in tensordict for key in (LEARNER_SEAT, OPPONENT, OPPONENT_DRAW)):
+        if any(key not in tensordict for key in (LEARNER_SEAT, OPPONENT, OPPONENT_DRAW, OPPONENT_CHOSEN)):
             raise KeyError(
                 f"SelfPlayPolicy(pool_size={len(self.pool)}) reads {LEARNER_SEAT!r} and {OPPONENT!r} from each step, "
                 f"and this env writes neither: make it TurnBasedEnv(game, opponents={n}), or use "
