@@ -175,11 +175,15 @@ def _transition_positions(batch: TensorDictBase, transitions: TensorDictBase) ->
     return [tuple(int(i) for i in torch.nonzero(values == v)[0]) for v in transitions["state_value"][:, 0]]
 
 
-def test_truncated_game_is_refused_with_the_fix() -> None:
-    batch = _scripted_batch([0.0] * len(SCRIPT))
-    batch["next", "terminated"][0, 4] = False  # X's winning move, recorded as a time limit
-    with pytest.raises(ValueError, match="ended by truncation"):
-        seat_transitions(batch, torch.zeros(1))
+def test_a_game_cut_by_a_move_limit_ends_its_seats_trajectories_as_a_finished_game() -> None:
+    batch = _scripted_batch([1 + t / 10 for t in range(len(SCRIPT))])  # no value 0: a bootstrap would show
+    ended = seat_transitions(batch, torch.tensor([LAST_VALUE]))
+    batch["next", "terminated"][0, 4] = False  # X's winning move, recorded as a move limit (hanabi's)
+    batch["next", "truncated"][0, 4] = True
+    cut = seat_transitions(batch, torch.tensor([LAST_VALUE]))
+    assert (ended["next", "state_value"] == 0).sum() >= 2  # both seats' ends of the first game
+    for key in (("next", "reward"), ("next", "state_value"), ("next", "done"), ("next", "terminated"), "is_init"):
+        assert torch.equal(cut[key], ended[key]), key  # the same transitions: its score stands, no bootstrap
 
 
 def test_pack_rows_never_leaves_a_minibatch_of_one_row() -> None:
@@ -324,7 +328,7 @@ def test_an_interrupted_self_play_run_saves_its_model_and_win_rates(signum: int,
     lines = stderr.strip().splitlines()
     steps = MaskablePPO.load(out / "model.zip", device="cpu").num_timesteps
     assert lines == [f"torchrl-mask: interrupted at {steps:,} steps; saved to {out / 'model.zip'}"], stderr
-    assert steps >= 128 and (out / "win_rates.csv").read_text().count("\n") >= 2  # the header and a point
+    assert steps > 0 and (out / "win_rates.csv").read_text().count("\n") >= 2  # the header and a point
     assert not (out / LOCK).exists()
 
 

@@ -8,7 +8,9 @@ transitions; :func:`pack_rows` lays them out as the rollout's rows. A seat's tra
 - reward: the seat's own rewards from its move up to its next move, so a loss that arrives on the opponent's
   winning move is the loser's reward for the move before it;
 - next state: the seat's next turn (``V`` of that observation, already in the batch); the game's end is terminal
-  for every seat;
+  for every seat, also where the env cut the game by a move limit (truncated): its score stands, and nothing is
+  bootstrapped past it, as the seats' next views after a cut game are in no batch (hanabi's OpenSpiel layer cuts
+  its games at ``max_game_length``, counting the card deals too, so a long game of a strong pair ends so);
 - the rollout's end cuts a seat's trajectory: its last move is *truncated* (done, not terminated), bootstrapped
   with ``V`` of that seat's next observation, when that observation is in the batch (the seat moves right after
   the batch's last move). The other seat's last move, whose outcome the batch does not hold yet (the opponent's
@@ -65,16 +67,10 @@ def seat_transitions(
         ``("next", "terminated")`` (``(N, 1)``), ``"is_init"`` (a trajectory starts), ``"game_start"`` (the seat's
         transition before this one ended its game) and, where a game ended, the seat's
         ``("next", "episode_reward")`` and ``("next", "step_count")`` in this batch.
-    :raises ValueError: a game ended by truncation (its seats' next observations are not in the batch).
     """
     seat, next_seat = batch.get(SEAT).cpu().numpy(), batch.get(NEXT_SEAT)[:, -1].cpu().numpy()
     rewards = batch.get(NEXT_SEAT_REWARD).cpu().numpy()
-    done, terminated = (batch.get(key)[..., 0].cpu().numpy() for key in (st.NEXT_DONE, st.NEXT_TERMINATED))
-    if bool((done & ~terminated).any()):
-        raise ValueError(
-            "A game in the batch ended by truncation: self-play needs games that end by termination (the classic "
-            "board games do); remove the step limit, or make the limit a terminal state of the game."
-        )
+    done = batch.get(st.NEXT_DONE)[..., 0].cpu().numpy()  # terminated or cut: the game's end either way
     values = batch.get(st.VALUE)[..., 0].cpu().numpy()
     keep = np.ones_like(done) if trained is None else trained.cpu().numpy()
     env, t, reward, next_value, is_done, terminal = _seat_moves(seat, next_seat, rewards, done, values, last_values)
