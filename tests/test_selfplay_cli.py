@@ -17,6 +17,7 @@ pytest.importorskip("pettingzoo")
 from selfplay_faults import FaultyPolicy
 
 from torchrl_mask import MaskablePPO, MaskableRecurrentPPO, SeatEnv
+from torchrl_mask.app.cli import _config_from_args, build_parser
 
 pytestmark = pytest.mark.slow  # every test starts a CLI subprocess
 
@@ -211,3 +212,20 @@ def test_a_pool_size_above_the_bound_is_one_line_exit_2_naming_it(tmp_path: Path
     line = _one_line(proc)
     assert "--pool-size 1000000 is above 64" in line and "copy of the policy's weights" in line
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "league"),
+    [
+        ([], (4, ("perfect", "heuristic", "random"))),  # tic-tac-toe's default: a league
+        (["--pool-size", "0"], (0, ())),  # pure self-play, asked for
+        (["--league-players", "perfect"], (0, ("perfect",))),  # one option given: the other is none
+        (["--pool-size", "2"], (2, ())),
+    ],
+)
+def test_tictactoe_trains_against_its_league_unless_told_otherwise(given: list[str], league: tuple) -> None:
+    args = build_parser().parse_args(["train", "--env", "pettingzoo:tictactoe_v3", *given])
+    config = _config_from_args(args)
+    assert (config.pool_size, config.league_players) == league
+    other = _config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:connect_four_v3"]))
+    assert (other.pool_size, other.league_players) == (0, ())  # Connect Four: pure self-play by default

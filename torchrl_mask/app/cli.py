@@ -65,6 +65,7 @@ from torchrl_mask.app.config import (
     check_config,
     check_hyperparams,
     game_hyperparams,
+    game_league,
     load_conf_file,
 )
 from torchrl_mask.app.hyperparams import without_policy_kwargs
@@ -93,7 +94,7 @@ def _add_what_to_train(train: argparse.ArgumentParser) -> None:
         + ", ".join(sorted(set(GAME_HYPERPARAMS) - {"default"}))
         + ": PettingZoo's classic games with masked observations)",
     )
-    _add_league(train, defaults)
+    _add_league(train)
     train.add_argument(
         "--algo",
         choices=sorted(ALGOS),
@@ -137,23 +138,25 @@ def _add_what_to_train(train: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_league(train: argparse.ArgumentParser, defaults: TrainConfig) -> None:
+def _add_league(train: argparse.ArgumentParser) -> None:
     """Self-play's opponents: past snapshots and the game's fixed players."""
     train.add_argument(
         "--pool-size",
         type=_non_negative_int,
-        default=defaults.pool_size,
+        default=None,
         metavar="N",
-        help="pettingzoo:<game> only: play the learner against N snapshots of its past weights; 0 is pure self-play",
+        help="pettingzoo:<game> only: play the learner against N snapshots of its past weights; 0 is pure self-play "
+        "(default: the game's league, 4 for tic-tac-toe, else 0)",
     )
     train.add_argument(
         "--league-players",
         nargs="+",
-        default=list(defaults.league_players),
+        default=None,
         metavar="NAME",
         help="pettingzoo:<game> only: fixed players of the game's evaluation ladder the learner also meets "
         "(tic-tac-toe: random heuristic perfect; Connect Four: random heuristic negamax_2), drawn with the snapshots "
-        "by what it does not beat yet",
+        "by what it does not beat yet (default: the game's league, perfect heuristic random for tic-tac-toe; "
+        "given either option, the other defaults to none)",
     )
 
 
@@ -290,6 +293,7 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise UsageError(
             f"--conf-file {args.conf_file} gives no n_timesteps for {args.env}; add it, or pass --n-timesteps."
         )
+    pool_size, league_players = game_league(args.env, args.pool_size, args.league_players)
     return TrainConfig(
         env_id=args.env,
         n_timesteps=n_timesteps,
@@ -309,8 +313,8 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         collector=args.collector,
         conf_file=args.conf_file,
         overwrite=args.overwrite,
-        pool_size=args.pool_size,
-        league_players=tuple(args.league_players),
+        pool_size=pool_size,
+        league_players=league_players,
         algo=args.algo,
     )
 

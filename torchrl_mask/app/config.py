@@ -31,10 +31,12 @@ from typing import Any, Literal
 from torchrl_mask.app import run_folder
 from torchrl_mask.app.game_config import (
     GAME_HYPERPARAMS,
+    GAME_LEAGUES,
     GAME_PREFIX,
     POOL_SIZE_MAX,
     check_pool_size,
     game_hyperparams,
+    game_league,
 )
 from torchrl_mask.app.hyperparams import (
     DEFAULT_HYPERPARAMS,
@@ -50,6 +52,7 @@ __all__ = [
     "CRASH_FILE",
     "DEFAULT_HYPERPARAMS",
     "GAME_HYPERPARAMS",
+    "GAME_LEAGUES",
     "GAME_PREFIX",
     "HYPERPARAMS",
     "POOL_SIZE_MAX",
@@ -66,6 +69,7 @@ __all__ = [
     "check_pool_size",
     "failed",
     "game_hyperparams",
+    "game_league",
     "load_conf_file",
     "parse_hyperparam",
 ]

@@ -10,11 +10,13 @@ from torchrl_mask.app.hyperparams import UsageError
 
 __all__ = [
     "GAME_HYPERPARAMS",
+    "GAME_LEAGUES",
     "GAME_PREFIX",
     "LSTM_GAME_KWARGS",
     "POOL_SIZE_MAX",
     "check_pool_size",
     "game_hyperparams",
+    "game_league",
 ]
 
 # The largest --pool-size: every snapshot is a full copy of the policy's weights, made at once (in every worker
@@ -30,8 +32,8 @@ POOL_SIZE_MAX = 64
 # (torchrl_mask.games.network, named as text so that this module imports no torch).
 _BOARD = {"features_extractor_class": "BoardCNN"}
 GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
-    "tictactoe_v3": {"n_timesteps": 150_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
-                     "learning_rate": 1e-3, "ent_coef": 0.1, "gamma": 0.99,
+    "tictactoe_v3": {"n_timesteps": 150_000, "n_envs": 32, "n_steps": 32, "batch_size": 256, "n_epochs": 10,
+                     "learning_rate": "lin_1e-3", "ent_coef": 0.1, "gamma": 0.99,
                      "policy_kwargs": {"net_arch": [64, 64], **_BOARD}},
     # cards: short games of few moves; a small network, a lower learning rate (chips are noisy rewards)
     "leduc_holdem_v4": {"n_timesteps": 200_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
@@ -61,6 +63,13 @@ GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 GAME_PREFIX = "pettingzoo:"
 
+# The games whose default run trains against a league (--pool-size, --league-players) rather than by pure
+# self-play: tic-tac-toe meets 4 snapshots of itself and the ladder's three fixed players, which it must learn to
+# hold to a draw from either seat (docs/benchmarks.md, "A league for tic-tac-toe").
+GAME_LEAGUES: dict[str, tuple[int, tuple[str, ...]]] = {
+    "tictactoe_v3": (4, ("perfect", "heuristic", "random")),
+}
+
 
 #: What ``--algo ppo_lstm_mask`` adds to a game's ``policy_kwargs``: a smaller LSTM than sb3-contrib's 256 units
 #: (a seat's view of these games is small, and every move of a rollout runs the LSTM one step).
@@ -79,6 +88,20 @@ def game_hyperparams(env_id: str, algo: str = "ppo_mask") -> dict[str, Any]:
     if algo == "ppo_lstm_mask":
         entry["policy_kwargs"] = {**entry["policy_kwargs"], **LSTM_GAME_KWARGS}
     return entry
+
+
+def game_league(env_id: str, pool_size: int | None, players: list[str] | None) -> tuple[int, tuple[str, ...]]:
+    """The league a run trains against: what ``--pool-size`` and ``--league-players`` give, else the game's
+    default (:data:`GAME_LEAGUES`) when neither is given, else none.
+
+    :param env_id: ``"pettingzoo:tictactoe_v3"``, or a gymnasium id (no league).
+    :param pool_size: ``--pool-size``, None if not given.
+    :param players: ``--league-players``, None if not given.
+    :return: ``(pool_size, league_players)``.
+    """
+    if pool_size is None and players is None and env_id.startswith(GAME_PREFIX):
+        return GAME_LEAGUES.get(env_id.removeprefix(GAME_PREFIX), (0, ()))
+    return pool_size or 0, tuple(players or ())
 
 
 def check_pool_size(pool_size: int) -> None:
