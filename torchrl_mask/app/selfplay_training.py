@@ -83,6 +83,9 @@ def _game_env(game: str, opponents: int, n_games: int | None, primer: TensorDict
     return env if primer is None else env.append_transform(primer)
 
 
+SNAPSHOTS = 30  # the snapshots a run with a pool takes, at most (one every 10 rollouts in a short run)
+
+
 def build_collector(config: TrainConfig, model: Model, game: str, pool_size: int) -> BaseCollector:
     """The run's TorchRL collector: one :class:`~torchrl_mask.TurnBasedEnv` of ``n_envs`` games in this process,
     or ``n_envs`` worker processes (``collector="multisync"``), running :class:`~torchrl_mask.SelfPlayPolicy`.
@@ -96,12 +99,15 @@ def build_collector(config: TrainConfig, model: Model, game: str, pool_size: int
     policy: SelfPlayPolicy
     primer = None
     fixed = {name: ladder(game).opponents[name] for name in config.league_players}
+    # about SNAPSHOTS snapshots a run (each measured against the ladder as it is taken), one per 10 rollouts or fewer
+    rollouts = 2 * config.n_timesteps // (config.n_envs * model.n_steps)  # the learner makes about half the moves
+    league = {"pool_size": pool_size, "fixed": fixed, "snapshot_every": max(10, rollouts // SNAPSHOTS)}
     if isinstance(model, MaskableRecurrentPPO):
         n_seats = len(make_game(game).possible_agents)
-        policy = RecurrentSelfPlayPolicy(model.policy, n_seats, pool_size=pool_size, fixed=fixed)  # type: ignore[arg-type]
+        policy = RecurrentSelfPlayPolicy(model.policy, n_seats, **league)  # type: ignore[arg-type]
         primer = policy.make_tensordict_primer()
     else:
-        policy = SelfPlayPolicy(model.policy, pool_size=pool_size, fixed=fixed)  # type: ignore[arg-type]
+        policy = SelfPlayPolicy(model.policy, **league)  # type: ignore[arg-type]
     opponents = pool_size + len(fixed)
     makers = [partial(_game_env, game, opponents, None, primer)] * config.n_envs
     frames = config.n_envs * model.n_steps
