@@ -4,10 +4,11 @@
 
 - **PettingZoo's own random play**: the game's AEC loop (``agent_iter``, ``last``, a uniformly random legal move,
   ``step``), the bound a self-play collector that plays the game itself cannot beat;
-- **collection**: a TorchRL ``Collector`` over one :class:`~torchrl_mask.TurnBasedEnv` of the train job's
-  ``n_envs`` games, running :class:`~torchrl_mask.SelfPlayPolicy` over an untrained model of the game's default
-  network (the train job's collector, :mod:`torchrl_mask.app.selfplay_training`), ``--batches`` batches of
-  ``n_envs * n_steps`` moves after one batch of warm-up;
+- **collection**: the train job's collector (:func:`~torchrl_mask.app.selfplay_training.build_collector`: one
+  :class:`~torchrl_mask.TurnBasedEnv` of the game's ``n_envs`` games, running
+  :class:`~torchrl_mask.SelfPlayPolicy` over an untrained model of the game's default network, against the
+  game's default league where it has one: tic-tac-toe's snapshots and fixed players), ``--batches`` batches of
+  ``n_envs * n_steps`` moves (every seat's) after one batch of warm-up;
 - **whole run**: the CLI's ``train --env pettingzoo:<game>`` with the game's defaults, in this process, for
   ``--timesteps`` moves (a tenth of the game's default run unless given), evaluated as densely as the default run
   is (an evaluation point every tenth of the default run's moves, final games in proportion): moves trained on
@@ -89,20 +90,17 @@ def collection(game: str, batches: int, seed: int) -> float:
     :param seed: seeds the games and the policy.
     :return: moves a second.
     """
-    from torchrl.collectors import Collector
+    from torchrl_mask.app.config import TrainConfig, game_hyperparams, game_league
+    from torchrl_mask.app.selfplay_training import build_collector, build_model
 
-    from torchrl_mask import MaskablePPO, SeatEnv, SelfPlayPolicy, TurnBasedEnv
-    from torchrl_mask.app.game_config import game_hyperparams
-    from torchrl_mask.games.network import with_extractor_classes
-
-    defaults = game_hyperparams(f"pettingzoo:{game}")
-    policy_kwargs = with_extractor_classes(defaults.get("policy_kwargs", {}))  # the board network, as train makes it
-    model = MaskablePPO("MlpPolicy", SeatEnv(game), policy_kwargs=policy_kwargs, seed=seed)
-    games = TurnBasedEnv(game, n_games=defaults["n_envs"])
-    games.set_seed(seed)
-    frames = defaults["n_envs"] * defaults["n_steps"]
-    collector = Collector(games, SelfPlayPolicy(model.policy), frames_per_batch=frames, total_frames=-1,
-                          auto_register_policy_transforms=False)  # fmt: skip
+    env_id = f"pettingzoo:{game}"
+    defaults = game_hyperparams(env_id)
+    pool_size, players = game_league(env_id, None, None)  # the game's default league, as train plays it
+    config = TrainConfig(env_id=env_id, n_timesteps=int(defaults.pop("n_timesteps")), n_envs=defaults.pop("n_envs"),
+                         hyperparams=defaults, seed=seed, pool_size=pool_size, league_players=players)  # fmt: skip
+    model = build_model(config, game, "cpu")
+    collector = build_collector(config, model, game, pool_size)
+    frames = config.n_envs * model.n_steps
     try:
         stream = iter(collector)
         next(stream)
