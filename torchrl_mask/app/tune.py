@@ -41,7 +41,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 
 from torchrl_mask.app import results, run_folder, search_spaces, selfplay_training, tune_args, tune_outputs
-from torchrl_mask.app.config import GAME_PREFIX, TrainConfig, UsageError, check_minibatches
+from torchrl_mask.app.config import GAME_PREFIX, TrainConfig, UsageError, check_minibatches, game_league
 from torchrl_mask.app.masked_env import make_masked_env, one_line
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
 from torchrl_mask.app.training import ALGORITHMS, _policy, model_kwargs, quiet_logger
@@ -95,11 +95,14 @@ class TrialEvalCallback(BaseCallback):
 
 
 def _train_config(config: TuneConfig, hyperparams: dict[str, Any], seed: int) -> TrainConfig:
-    """The ``train`` configuration a trial is: what ``train --conf-file best_hyperparams.yml`` would run."""
+    """The ``train`` configuration a trial is: what ``train --conf-file best_hyperparams.yml`` would run (a game
+    trains against its default league, as ``train`` gives it with no league option)."""
     rest = {key: value for key, value in hyperparams.items() if key != "n_envs"}
+    pool_size, league_players = game_league(config.env_id, None, None)
     return TrainConfig(
         env_id=config.env_id, n_timesteps=config.n_timesteps, n_envs=config.n_envs, hyperparams=rest, seed=seed,
         eval_episodes=config.eval_episodes, verbose=0, progress_bar=False, algo=config.algo,  # type: ignore[arg-type]
+        pool_size=pool_size, league_players=league_players,
     )  # fmt: skip
 
 
@@ -176,10 +179,11 @@ def _learn(train_config: TrainConfig, callback: BaseCallback) -> Any:
 
 
 def _learn_game(train_config: TrainConfig, callback: BaseCallback) -> Any:
-    """A ``pettingzoo:<game>`` trial's training: self-play, as ``train`` runs it (the collector in this process)."""
+    """A ``pettingzoo:<game>`` trial's training: self-play, as ``train`` runs it (the collector in this process,
+    the game's default league)."""
     game = train_config.env_id.removeprefix(GAME_PREFIX)
     model = selfplay_training.build_model(train_config, game, "cpu")
-    collector = selfplay_training.build_collector(train_config, model, game, pool_size=0)
+    collector = selfplay_training.build_collector(train_config, model, game, train_config.pool_size)
     return model.learn(train_config.n_timesteps, callback, collector=collector)
 
 
