@@ -215,10 +215,13 @@ def test_bench_selfplay_reports_both_speeds_of_each_game_as_ratios_to_its_own_ra
     # `torchrl-mask bench selfplay` as a user runs it, tiny: one round of random play, collection and a whole train
     # job per game; each ratio is the round's speed over the round's random play (one round: its own).
     args = ["bench", "selfplay", "--rounds", "1", "--random-moves", "200", "--batches", "1", "--timesteps", "256",
-            "--games", "tictactoe_v3", "connect_four_v3"]  # fmt: skip
+            "--n-envs", "4", "--games", "tictactoe_v3", "connect_four_v3"]  # fmt: skip
     done = subprocess.run([sys.executable, "-m", "torchrl_mask", *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "`torchrl-mask bench selfplay --rounds 1" in done.stdout
+    refused = subprocess.run([sys.executable, "-m", "torchrl_mask", *args[:2], "--n-envs", "0"], capture_output=True,
+                             text=True, timeout=300)  # fmt: skip
+    assert refused.returncode == 2 and "--n-envs must be at least 1" in refused.stderr, refused.stderr
     speed, ratio = r"([\d,]+)", r"([\d.]+)x \(([\d.]+)x-([\d.]+)x\)"
     for game in ("tictactoe_v3", "connect_four_v3"):
         row = re.search(rf"^\| {game} \| {speed} \| {speed} \| {ratio} \| {speed} \| {ratio} \|$", done.stdout, re.M)

@@ -5,7 +5,7 @@
 - **PettingZoo's own random play**: the game's AEC loop (``agent_iter``, ``last``, a uniformly random legal move,
   ``step``), the bound a self-play collector that plays the game itself cannot beat;
 - **collection**: the train job's collector (:func:`~torchrl_mask.app.selfplay_training.build_collector`: one
-  :class:`~torchrl_mask.TurnBasedEnv` of the game's ``n_envs`` games, running
+  :class:`~torchrl_mask.TurnBasedEnv` of the game's ``n_envs`` games (``--n-envs`` another number), running
   :class:`~torchrl_mask.SelfPlayPolicy` over an untrained model of the game's default network, against the
   game's default league where it has one: tic-tac-toe's snapshots and fixed players), ``--batches`` batches of
   ``n_envs * n_steps`` moves (every seat's) after one batch of warm-up;
@@ -82,12 +82,13 @@ def random_play(game: str, moves: int, seed: int) -> float:
     return played / (time.perf_counter() - start)
 
 
-def collection(game: str, batches: int, seed: int) -> float:
+def collection(game: str, batches: int, seed: int, n_envs: int | None = None) -> float:
     """The train job's self-play collector: moves a second over ``batches`` batches after one of warm-up.
 
     :param game: a PettingZoo classic game.
     :param batches: batches timed.
     :param seed: seeds the games and the policy.
+    :param n_envs: games played side by side (one policy forward for all of them); None: the game's default.
     :return: moves a second.
     """
     from torchrl_mask.app.config import TrainConfig, game_hyperparams, game_league
@@ -96,7 +97,9 @@ def collection(game: str, batches: int, seed: int) -> float:
     env_id = f"pettingzoo:{game}"
     defaults = game_hyperparams(env_id)
     pool_size, players = game_league(env_id, None, None)  # the game's default league, as train plays it
-    config = TrainConfig(env_id=env_id, n_timesteps=int(defaults.pop("n_timesteps")), n_envs=defaults.pop("n_envs"),
+    default_games = defaults.pop("n_envs")
+    games = default_games if n_envs is None else n_envs
+    config = TrainConfig(env_id=env_id, n_timesteps=int(defaults.pop("n_timesteps")), n_envs=games,
                          hyperparams=defaults, seed=seed, pool_size=pool_size, league_players=players)  # fmt: skip
     model = build_model(config, game, "cpu")
     collector = build_collector(config, model, game, pool_size)
@@ -187,11 +190,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--timesteps", type=int, default=None, help="moves of each whole run (default: a tenth of the game's)"
     )
+    parser.add_argument(
+        "--n-envs", type=int, default=None, help="games side by side in the collection (default: the game's n_envs)"
+    )
     parser.add_argument("--no-run", action="store_true", help="skip the whole runs (collection only)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    if min(args.rounds, args.random_moves, args.batches, args.timesteps or 1) < 1:
-        parser.error("--rounds, --random-moves, --batches and --timesteps must be at least 1.")
+    if min(args.rounds, args.random_moves, args.batches, 1 if args.timesteps is None else args.timesteps,
+           1 if args.n_envs is None else args.n_envs) < 1:  # fmt: skip
+        parser.error("--rounds, --random-moves, --batches, --timesteps and --n-envs must be at least 1.")
     return args
 
 
@@ -208,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         seed = args.seed + round_index
         for speeds in results:
             speeds.random_play.append(random_play(speeds.game, args.random_moves, seed))
-            speeds.collection.append(collection(speeds.game, args.batches, seed))
+            speeds.collection.append(collection(speeds.game, args.batches, seed, args.n_envs))
             speeds.run.append(float("nan") if args.no_run else whole_run(speeds.game, args.timesteps, seed))
             print(
                 f"[{round_index + 1}/{args.rounds}] {speeds.game}: random play {speeds.random_play[-1]:,.0f}, "
