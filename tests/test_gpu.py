@@ -26,6 +26,7 @@ from sb3_contrib.common.envs import InvalidActionEnvDiscrete, InvalidActionEnvMu
 from sb3_contrib.common.maskable import buffers as sb3c
 from stable_baselines3.common.env_util import make_vec_env
 from test_collectors import PolicyWasTrained, random_trajectories
+from test_distributions import SPACES, _dims, _inputs, _reference
 from torchrl.collectors import Collector
 
 from torchrl_mask import (
@@ -35,6 +36,7 @@ from torchrl_mask import (
     MaskableRecurrentPPO,
     MaskableRolloutBuffer,
 )
+from torchrl_mask.distributions import MaskedCategoricals
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda"
@@ -137,6 +139,27 @@ def test_memmap_storage_is_refused_on_the_device_and_memory_storage_is_allocated
     buffer = MaskableRolloutBuffer(4, OBS_SPACES["box"], ACTION_SPACES["discrete"], DEVICE, n_envs=2)
     assert all(on_device(t) for t in leaves(buffer))
     assert bool(buffer.tensordict["action_mask"].all())  # reset leaves every action allowed, as sb3-contrib's
+
+
+@pytest.mark.parametrize("name", list(SPACES))
+def test_the_masked_distribution_draws_sb3_contribs_actions_from_the_devices_generator(name: str):
+    # CUDA's Philox generator gives each call its own offset: one draw for all sub-actions is not the loop's draws
+    # (MultiDiscrete learned other parameters than sb3-contrib on an H200 until each sub-action got its own draw).
+    space, rows = SPACES[name], 64
+    dims = _dims(space)
+    logits, mask = (t.to(DEVICE) for t in _inputs(dims, rows, seed=7))
+    torch.manual_seed(1)
+    ref = _reference(space, logits, mask)
+    ref_actions = ref.sample()
+    ref_after = torch.rand(3, device=DEVICE)
+    torch.manual_seed(1)
+    dist = MaskedCategoricals(dims)
+    log_pmf = dist.log_pmf(logits, mask)
+    actions = dist.sample(log_pmf)
+    assert torch.equal(torch.rand(3, device=DEVICE), ref_after)  # the generator moved as far as sb3-contrib's loop
+    assert on_device(actions) and torch.equal(actions.view(ref_actions.shape), ref_actions)
+    torch.testing.assert_close(dist.log_prob(log_pmf, actions), ref.log_prob(ref_actions), **CLOSE)
+    torch.testing.assert_close(dist.entropy(log_pmf, mask), ref.entropy(), **CLOSE)
 
 
 def _params(model: Any) -> dict[str, torch.Tensor]:
