@@ -12,6 +12,7 @@
 # a folder of .whl files named by WHEELS (default: .whl beside or above this checkout) is installed with
 # --no-index --no-deps into a folder of its own under /tmp, put first on PYTHONPATH, and only when torchrl or
 # sb3-contrib cannot be imported; no Python environment is changed. PYTHON names the interpreter (default python3).
+# STEPS picks steps by name (default: "tests grid learn spaces"), for a shorter rerun.
 set -u -o pipefail
 out=${1:?usage: bash scripts/gpu_check.sh OUT}
 mkdir -p "$out"
@@ -23,6 +24,8 @@ export PYTHONUNBUFFERED=1
 exec > >(tee "$out/log.txt") 2>&1
 
 step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
+steps=" ${STEPS:-tests grid learn spaces} "
+wanted() { [[ $steps == *" $1 "* ]]; }
 
 step "packages"
 if ! "$py" -c "import torchrl, sb3_contrib" 2>/dev/null; then
@@ -59,21 +62,27 @@ EOF
     date -u +%Y-%m-%d
 } | tee "$out/env.txt"
 
-step "a. pytest -m gpu"
-timeout 120 "$py" -m pytest -m gpu tests/test_gpu.py tests/test_storage.py -q -rA -p no:cacheprovider -n 4 \
-    --junitxml="$out/pytest.xml" || echo "pytest -m gpu: exit $?"
-
-step "b. buffer grid on cuda against sb3-contrib's buffers on cuda"
-timeout 120 "$py" -m torchrl_mask bench --device cuda --rounds 3 --memory none --json "$out/grid.json" \
-    | tee "$out/grid.txt" || echo "bench grid: exit $?"
-
-step "c. bench learn on cuda against sb3-contrib on cuda"
-timeout 100 "$py" -m torchrl_mask bench learn --device cuda --rounds 3 --workloads dict-dummy multidiscrete subproc \
-    | tee "$out/learn.txt" || echo "bench learn: exit $?"
-
-step "c. cost of masking on cuda: SB3's PPO, sb3-contrib and ours"
-timeout 90 "$py" -m torchrl_mask bench learn --action-spaces --device cuda --rounds 3 --observations box \
-    --batch-sizes 64 --spaces "Discrete(4096)" "MultiBinary(339)" "Discrete(8)" | tee "$out/spaces.txt" \
-    || echo "bench spaces: exit $?"
+# Seen on an H200 (2026-12): tests 30 s, grid 2 min, learn 80 s, spaces 1-2 min.
+if wanted tests; then
+    step "a. pytest -m gpu"
+    timeout 120 "$py" -m pytest -m gpu tests/test_gpu.py tests/test_storage.py -q -rA -p no:cacheprovider -n 4 \
+        --junitxml="$out/pytest.xml" || echo "pytest -m gpu: exit $?"
+fi
+if wanted grid; then
+    step "b. buffer grid on cuda against sb3-contrib's buffers on cuda"
+    timeout 150 "$py" -m torchrl_mask bench --device cuda --rounds 3 --memory none --json "$out/grid.json" \
+        | tee "$out/grid.txt" || echo "bench grid: exit $?"
+fi
+if wanted learn; then
+    step "c. bench learn on cuda against sb3-contrib on cuda"
+    timeout 120 "$py" -m torchrl_mask bench learn --device cuda --rounds 3 --workloads dict-dummy multidiscrete \
+        | tee "$out/learn.txt" || echo "bench learn: exit $?"
+fi
+if wanted spaces; then
+    step "c. cost of masking on cuda: SB3's PPO, sb3-contrib and ours"
+    timeout 120 "$py" -m torchrl_mask bench learn --action-spaces --device cuda --rounds 3 --observations box \
+        --batch-sizes 64 --spaces "Discrete(4096)" "MultiBinary(339)" | tee "$out/spaces.txt" \
+        || echo "bench spaces: exit $?"
+fi
 
 step "done"
