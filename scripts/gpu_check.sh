@@ -6,7 +6,7 @@
 # writes into the folder OUT: log.txt (everything printed), env.txt (GPU, driver, versions), pytest.xml (the
 # `pytest -m gpu` result), grid.txt and grid.json (the buffer grid on CUDA against sb3-contrib's buffers on the same
 # GPU), learn.txt (`bench learn --device cuda`) and spaces.txt (the cost-of-masking cells on CUDA).
-# Each step runs whatever the one before it did; the cheapest and most telling come first.
+# Each step runs even when the one before it failed; the cheapest and most telling come first.
 #
 # A machine with no package index (a GPU machine lent without network) can bring the missing packages as wheels:
 # a folder of .whl files named by WHEELS (default: .whl beside or above this checkout) is installed with
