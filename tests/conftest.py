@@ -39,3 +39,18 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the ``gpu`` tests unless the ``-m`` expression names that marker (``pytest -m gpu``).
+
+    Deselected, not skipped: a run on a machine without CUDA reports no skipped test, and ``-m gpu`` there fails
+    loudly instead. A hook rather than ``-m "not gpu"`` in ``addopts``: a later ``-m "not slow"`` (``make
+    test-fast``) would replace that expression and collect the gpu tests again.
+    """
+    if "gpu" in (config.option.markexpr or ""):
+        return
+    kept = [item for item in items if item.get_closest_marker("gpu") is None]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("gpu") is not None])
+        items[:] = kept

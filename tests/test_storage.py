@@ -104,7 +104,6 @@ def test_a_minibatch_the_caller_dropped_is_freed_while_the_epoch_goes_on(monkeyp
     assert first() is None  # nothing inside get() holds on to an earlier minibatch
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.gpu
 def test_cuda_storage_never_leaves_the_device_and_matches_sb3_contrib():
     ref, _ = make_pair(OBS_SPACES["dict"], ACTION_SPACES["discrete"], buffer_size=6, n_envs=2)

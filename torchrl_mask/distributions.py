@@ -17,6 +17,10 @@ values in the same order:
   ``argmax(probs / q)``, ``q = empty_like(probs).exponential_()``. One ``exponential_`` over all sub-actions
   draws exactly the concatenation of the per-sub-action draws (sub-action after sub-action, each row-major over
   ``(B, n)``), so the generator moves as far as sb3-contrib's loop moves it and the actions are the same.
+  That holds for the CPU's generator, which hands out numbers in sequence. CUDA's (Philox) gives each call its
+  own counter offset, so one call's numbers are not the concatenation of several calls': there each sub-action
+  gets its own ``exponential_`` of ``(B, n)``, in order, as sb3-contrib's loop draws them (one call per
+  sub-action, as the loop makes; measured on an H200, one call for all gave other MultiDiscrete actions).
 - ``log_prob`` gathers the normalised logits and sums the sub-actions' columns ``(B, G)``; ``entropy`` is
   ``MaskableCategorical.entropy`` (torch's ``Categorical.entropy`` without a mask) summed the same way.
   Gradients flow through the same operations, so they are sb3-contrib's too.
@@ -145,15 +149,17 @@ class MaskedCategoricals:
             raise ValueError("The policy's action logits hold NaN: the network's parameters or inputs are not finite.")
         if deterministic:
             return [block.argmax(dim=-1, keepdim=True) for block in probs]
-        rows = len(probs[0])
+        rows, dtype, device = len(probs[0]), probs[0].dtype, probs[0].device
         if len(self.dims) == 1:  # Discrete: the draws in the probabilities' own order
             return [(probs[0] / torch.empty_like(probs[0]).exponential_()).argmax(dim=-1, keepdim=True)]
-        race = torch.empty(rows * self.width, dtype=probs[0].dtype, device=probs[0].device).exponential_()
-        if self._even:
-            draws = [race.view(len(self.dims), rows, self.dims[0]).transpose(0, 1)]
-        else:
-            parts = race.split([rows * n for n in self.dims])
-            draws = [_side_by_side([parts[g].view(rows, self.dims[g]) for g in block]) for block in self._blocks]
+        if device.type == "cpu":  # one draw is the concatenation of the loop's draws (module docstring)
+            race = torch.empty(rows * self.width, dtype=dtype, device=device).exponential_()
+            if self._even:
+                return [(probs[0] / race.view(len(self.dims), rows, self.dims[0]).transpose(0, 1)).argmax(-1, True)]
+            parts = list(race.split([rows * n for n in self.dims]))
+        else:  # CUDA's generator: one draw per sub-action, as the loop makes them
+            parts = [torch.empty(rows * n, dtype=dtype, device=device).exponential_() for n in self.dims]
+        draws = [_side_by_side([parts[g].view(rows, self.dims[g]) for g in block]) for block in self._blocks]
         return [(p / q).argmax(dim=-1, keepdim=True) for p, q in zip(probs, draws, strict=True)]
 
     def log_prob(self, log_pmf: list[torch.Tensor], actions: torch.Tensor) -> torch.Tensor:

@@ -16,17 +16,55 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from torchrl_mask.bench.grid import LIBRARY, Variant
 
 if TYPE_CHECKING:
     from torchrl_mask.bench.buffers import CellResult
 
-__all__ = ["BEGIN", "END", "as_json", "cell_line", "check_markers", "render", "update_markdown"]
+__all__ = [
+    "BEGIN",
+    "CUDA_PARAMETER_ATOL",
+    "END",
+    "as_json",
+    "cell_line",
+    "check_markers",
+    "parameter_gap",
+    "parameter_tolerance",
+    "render",
+    "update_markdown",
+]
 
 BEGIN = "<!-- bench-grid -->"
 END = "<!-- /bench-grid -->"
 PHASES = ("add", "gae", "get", "total")
 LABELS = {"add": "add", "gae": "GAE", "get": "get", "total": "iteration"}
+# The end-to-end benchmarks check that both libraries learned the same parameters, so that they never time different
+# work: bit for bit on the CPU; on a CUDA device to this absolute difference, room for kernels that round a float32
+# sum in another order (atomics), and far below what one learning step with a different action would move.
+CUDA_PARAMETER_ATOL = 1e-3
+
+
+def parameter_tolerance(device: str) -> float:
+    """The largest parameter gap (:func:`parameter_gap`) accepted between the two libraries on ``device``.
+
+    :param device: where both learned: ``"cpu"`` asks for equal bits, a CUDA device for :data:`CUDA_PARAMETER_ATOL`.
+    :return: 0.0 or :data:`CUDA_PARAMETER_ATOL`.
+    """
+    return 0.0 if device == "cpu" else CUDA_PARAMETER_ATOL
+
+
+def parameter_gap(ours: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> float:
+    """The largest absolute difference between two learned state dicts of the same names and shapes (0.0: equal).
+
+    :param ours: torchrl_mask's ``state_dict()``.
+    :param ref: sb3-contrib's ``state_dict()``.
+    :return: the largest ``|ours - ref|`` over every entry; inf for other names or shapes.
+    """
+    if list(ours) != list(ref) or any(ours[k].shape != v.shape for k, v in ref.items()):
+        return float("inf")
+    return max((float((ours[k].double() - v.double()).abs().max()) for k, v in ref.items() if v.numel()), default=0.0)
 
 
 def _x(ratio: float) -> str:

@@ -16,6 +16,8 @@ masking with sb3-contrib's bits forces beyond unmasked PPO, timed alone, over PP
 sb3-contrib (sb3-contrib / ours) and how far ours is above the floor (ours / floor, 1.0 is at it). The forced
 work is timed in every round, right after that round's learn calls, and both floor columns are medians of
 per-round ratios, so that a drift of the machine moves the floor with the times it is compared to.
+``--device cuda`` runs the three learners on the GPU; the forced work is CPU work, so there the floor columns
+read ``-``, and sb3-contrib's and our parameters must agree to :data:`torchrl_mask.bench.report.CUDA_PARAMETER_ATOL`.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from torch import nn
 
 from torchrl_mask import MaskablePPO
+from torchrl_mask.bench.report import parameter_gap, parameter_tolerance
 from torchrl_mask.distributions import MaskedCategoricals
 from torchrl_mask.rollout.masks import mask_spec
 
@@ -107,7 +110,7 @@ def time_learn(name: str, space: str, dict_obs: bool, batch_size: int, args: arg
     env = DummyVecEnv([partial(MaskedSpaceEnv, ACTION_SPACES[space], dict_obs, i) for i in range(args.n_envs)])
     model = ALGORITHMS[name](
         "MultiInputPolicy" if dict_obs else "MlpPolicy", env, n_steps=args.n_steps, batch_size=batch_size,
-        n_epochs=args.n_epochs, seed=args.seed, device="cpu",
+        n_epochs=args.n_epochs, seed=args.seed, device=args.device,
     )  # fmt: skip
     model.set_logger(Logger(None, []))
     # Each learn starts with nothing left to collect: a full collection of this process (torch, TorchRL and Ray
@@ -272,19 +275,24 @@ def time_cell(space: str, dict_obs: bool, batch_size: int, args: argparse.Namesp
         time_learn(name, space, dict_obs, batch_size, args)
     seconds: dict[str, list[float]] = {name: [] for name in names}
     floors: list[float] = []
+    gaps: list[float] = []
+    cpu = args.device == "cpu"
     for round_ in range(args.rounds):
         params = {}
         for name in names[round_ % 3 :] + names[: round_ % 3]:
             elapsed, params[name] = time_learn(name, space, dict_obs, batch_size, args)
             seconds[name].append(elapsed)
-        if any(not torch.equal(params["ours"][k], v) for k, v in params["sb3-contrib"].items()):
+        gaps.append(parameter_gap(params["ours"], params["sb3-contrib"]))
+        if gaps[-1] > parameter_tolerance(args.device):
             return None
-        floors.append(seconds["PPO"][-1] + forced_extra_seconds(space, batch_size, args))
+        # The forced work is timed with CPU tensors: on another device the floor is the CPU's (no floor columns).
+        floors.append(seconds["PPO"][-1] + (forced_extra_seconds(space, batch_size, args) if cpu else float("nan")))
     result = {name: statistics.median(values) for name, values in seconds.items()}
     result["cost"] = statistics.median(o / p for o, p in zip(seconds["ours"], seconds["PPO"], strict=True))
     result["speedup"] = statistics.median(r / o for r, o in zip(seconds["sb3-contrib"], seconds["ours"], strict=True))
     result["floor"] = statistics.median(f / p for f, p in zip(floors, seconds["PPO"], strict=True))
     result["above"] = statistics.median(o / f for o, f in zip(seconds["ours"], floors, strict=True))
+    result["gap"] = max(gaps)
     return result
 
 
@@ -302,7 +310,16 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--n-epochs", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--seed", type=int, default=0)
-    return parser.parse_args(argv)
+    parser.add_argument("--device", default="cpu", help="the three models' device: cpu or cuda (default cpu)")
+    args = parser.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: no CUDA device is visible here; use --device cpu.")
+    return args
+
+
+def _shown(value: float, unit: str) -> str:
+    """A floor column: the value, or ``-`` where no floor was timed (``--device cuda``)."""
+    return "-" if value != value else f"{value:.2f}{unit}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -315,11 +332,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     print(
         f"learn({args.timesteps}): {args.n_envs} DummyVecEnv envs, n_steps={args.n_steps}, n_epochs={args.n_epochs}, "
-        f"torch threads={args.threads}, rounds={args.rounds} (+1 warm-up)\n"
+        f"torch threads={args.threads}, rounds={args.rounds} (+1 warm-up), device={args.device}\n"
     )
     print("| action space | obs | batch | PPO, no masks (s) | sb3-contrib (s) | ours (s) | ours / PPO | floor / PPO | "
           "sb3-contrib / ours | ours / floor |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
-    ok, costs, above = True, [], []
+    ok, costs, above, gaps = True, [], [], []
     for space, obs, batch_size in itertools.product(args.spaces, args.observations, args.batch_sizes):
         cell = time_cell(space, obs == "dict", batch_size, args)
         if cell is None:
@@ -328,15 +345,19 @@ def main(argv: list[str] | None = None) -> int:
             continue
         costs.append((cell["cost"], space, obs, batch_size))
         above.append((cell["above"], space, obs, batch_size))
+        gaps.append(cell["gap"])
         print(
             f"| {space} | {obs} | {batch_size} | {cell['PPO']:.3f} | {cell['sb3-contrib']:.3f} | {cell['ours']:.3f} "
-            f"| {cell['cost']:.2f}x | {cell['floor']:.2f}x | {cell['speedup']:.2f}x "
-            f"| {cell['above']:.2f} |",
+            f"| {cell['cost']:.2f}x | {_shown(cell['floor'], 'x')} | {cell['speedup']:.2f}x "
+            f"| {_shown(cell['above'], '')} |",
             flush=True,
         )
     if costs:
         worst = max(costs)
         print(f"\nworst cost of masking: {worst[0]:.2f}x ({worst[1]}, {worst[2]}, batch {worst[3]})")
         highest = max(above)
-        print(f"furthest above its floor: {highest[0]:.2f} ({highest[1]}, {highest[2]}, batch {highest[3]})")
+        if args.device == "cpu":
+            print(f"furthest above its floor: {highest[0]:.2f} ({highest[1]}, {highest[2]}, batch {highest[3]})")
+        else:
+            print(f"learned parameters on {args.device}: at most {max(gaps):.1e} from sb3-contrib's")
     return 0 if ok else 1
