@@ -251,3 +251,12 @@ def test_bench_memory_trains_both_models_for_the_same_time_and_reports_their_chi
     refused = subprocess.run([sys.executable, "-m", "torchrl_mask", "bench", "memory", "--game", "tictactoe_v3"],
                              capture_output=True, text=True, timeout=120)  # fmt: skip
     assert refused.returncode == 2 and "this benchmark counts chips" in refused.stderr
+
+
+def test_bench_selfplay_says_not_run_for_the_whole_runs_it_skipped():
+    # --no-run measures collection alone: its whole-run cells say so instead of printing nan.
+    from torchrl_mask.bench.selfplay import GameSpeeds, render
+
+    speeds = GameSpeeds("tictactoe_v3", random_play=[100.0], collection=[50.0], run=[float("nan")])
+    row = render([speeds], "torchrl-mask bench selfplay --no-run", 1).splitlines()[-1]
+    assert row == "| tictactoe_v3 | 100 | 50 | 0.50x (0.50x-0.50x) | not run | not run |"

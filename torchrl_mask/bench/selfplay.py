@@ -158,6 +158,8 @@ def render(results: list[GameSpeeds], command: str, rounds: int) -> str:
 
     def cell(speeds: GameSpeeds, what: str) -> str:
         ratios = speeds.ratios(what)
+        if all(np.isnan(ratios)):  # --no-run
+            return "not run | not run"
         return (
             f"{statistics.median(getattr(speeds, what)):,.0f} | {statistics.median(ratios):.2f}x "
             f"({min(ratios):.2f}x-{max(ratios):.2f}x)"
