@@ -20,7 +20,7 @@ values in the same order:
   That holds for the CPU's generator, which hands out numbers in sequence. CUDA's (Philox) gives each call its
   own counter offset, so one call's numbers are not the concatenation of several calls': there each sub-action
   gets its own ``exponential_`` of ``(B, n)``, in order, as sb3-contrib's loop draws them (one call per
-  sub-action, as the loop makes; measured on an H200, one call for all gave other MultiDiscrete actions).
+  sub-action, as the loop makes; tests/test_gpu.py compares the draws with sb3-contrib's on CUDA).
 - ``log_prob`` gathers the normalised logits and sums the sub-actions' columns ``(B, G)``; ``entropy`` is
   ``MaskableCategorical.entropy`` (torch's ``Categorical.entropy`` without a mask) summed the same way.
   Gradients flow through the same operations, so they are sb3-contrib's too.
