@@ -61,3 +61,15 @@ def test_a_feedforward_policy_is_refused_naming_the_module_to_use() -> None:
     model = MaskablePPO("MlpPolicy", make_vec_env(CueRecall, n_envs=1), n_steps=16, batch_size=16)
     with pytest.raises(TypeError, match="use MaskablePolicyModule"):
         MaskableRecurrentPolicyModule(model.policy)  # type: ignore[arg-type]
+
+
+def test_a_step_with_states_but_no_is_init_is_refused_and_zero_states_start_an_episode() -> None:
+    model, batch = collected(InteractionType.DETERMINISTIC)
+    module = MaskableRecurrentPolicyModule(model.policy)
+    going_on = batch[1].exclude("is_init", "next", "action", "sample_log_prob", "state_value")
+    assert any(going_on.get(key).any() for key in STATE_KEYS)  # a step inside an episode: its states are not zeros
+    with pytest.raises(ValueError, match=r"no \"is_init\".*InitTracker\(\)"):
+        module(going_on.clone())
+    first = batch[0].exclude("is_init", "next", "action", "sample_log_prob", "state_value")
+    assert not any(first.get(key).any() for key in STATE_KEYS)
+    assert module(first.clone())["is_init"].all()  # zero states without "is_init": an episode's first step

@@ -191,10 +191,12 @@ class MaskableRecurrentPolicyModule(TensorDictModule):
         """One step: actions, log-probs and values, and the next LSTM states under ``"next"``.
 
         :param tensordict: the step(s), batch dims ``B``: observation keys, the mask, ``"is_init"`` ``(*B, 1)``
-            and the states (zeros where absent, as at a rollout's first step).
+            and the states (zeros where absent, as at a rollout's first step; ``"is_init"`` may be absent only
+            while the states are zeros).
         :param args: passed to ``TensorDictModule.forward``.
         :param kwargs: passed to ``TensorDictModule.forward``.
         :return: ``tensordict``, with the outputs set.
+        :raises ValueError: non-zero states without ``"is_init"`` (an env without TorchRL's ``InitTracker``).
         """
         batch = tensordict.batch_size
         layers, _, size = self.policy.lstm_hidden_state_shape
@@ -202,5 +204,12 @@ class MaskableRecurrentPolicyModule(TensorDictModule):
             if tensordict.get(key, None) is None:
                 tensordict.set(key, torch.zeros((*batch, layers, size)))
         if tensordict.get(st.IS_INIT, None) is None:
+            # Without "is_init" every step would restart from zeros: only harmless while the states are zeros.
+            if any(bool(tensordict.get(key).any()) for key in STATE_KEYS):
+                raise ValueError(
+                    'The step carries LSTM states but no "is_init": without it the policy cannot tell where an '
+                    "episode starts and would reset its memory at every step. Append TorchRL's InitTracker() to "
+                    "the env (masked_gym_env adds it) before the primer of make_tensordict_primer()."
+                )
             tensordict.set(st.IS_INIT, torch.ones((*batch, 1), dtype=torch.bool))
         return super().forward(tensordict, *args, **kwargs)
