@@ -223,9 +223,11 @@ def test_a_pool_size_above_the_bound_is_one_line_exit_2_naming_it(tmp_path: Path
         (["--pool-size", "2"], (2, ())),
     ],
 )
-def test_tictactoe_trains_against_its_league_unless_told_otherwise(given: list[str], league: tuple) -> None:
+def test_the_board_games_train_against_their_league_unless_told_otherwise(given: list[str], league: tuple) -> None:
     args = build_parser().parse_args(["train", "--env", "pettingzoo:tictactoe_v3", *given])
     config = _config_from_args(args)
     assert (config.pool_size, config.league_players) == league
-    other = _config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:connect_four_v3"]))
-    assert (other.pool_size, other.league_players) == (0, ())  # Connect Four: pure self-play by default
+    four = _config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:connect_four_v3"]))
+    assert (four.pool_size, four.league_players) == (4, ("heuristic", "negamax_2", "random"))
+    other = _config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:leduc_holdem_v4"]))
+    assert (other.pool_size, other.league_players) == (0, ())  # a card game: pure self-play by default

@@ -146,7 +146,7 @@ def _add_league(train: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="pettingzoo:<game> only: play the learner against N snapshots of its past weights; 0 is pure self-play "
-        "(default: the game's league, 4 for tic-tac-toe, else 0)",
+        "(default: the game's league, 4 for tic-tac-toe and Connect Four, else 0)",
     )
     train.add_argument(
         "--league-players",
@@ -155,8 +155,8 @@ def _add_league(train: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="pettingzoo:<game> only: fixed players of the game's evaluation ladder the learner also meets "
         "(tic-tac-toe: random heuristic perfect; Connect Four: random heuristic negamax_2), drawn with the snapshots "
-        "by what it does not beat yet (default: the game's league, perfect heuristic random for tic-tac-toe; "
-        "given either option, the other defaults to none)",
+        "by what it does not beat yet (default: the game's league, perfect heuristic random for tic-tac-toe, "
+        "heuristic negamax_2 random for Connect Four; given either option, the other defaults to none)",
     )
 
 

@@ -26,8 +26,9 @@ POOL_SIZE_MAX = 64
 
 # torchrl-mask train --env pettingzoo:<game>: self-play defaults. n_timesteps counts the moves trained on, n_envs
 # the games played side by side, n_steps the moves of each per rollout. Chosen by the runs in docs/benchmarks.md
-# ("Self-play defaults"): a larger ent_coef lets tic-tac-toe meet the positions a random player makes, a smaller
-# learning_rate keeps Connect Four improving past its early plateau.
+# ("Self-play defaults", "A league for Connect Four"): a larger ent_coef lets tic-tac-toe meet the positions a
+# random player makes; Connect Four plays 64 games of 16 moves a rollout (one policy forward for 64 games) and
+# takes 4 epochs of 512-move minibatches, so that 1.5M moves against its league fit in about half an hour.
 # The board games (channels-last planes) read their board through the convolutional BoardCNN
 # (torchrl_mask.games.network, named as text so that this module imports no torch).
 _BOARD = {"features_extractor_class": "BoardCNN"}
@@ -57,17 +58,20 @@ GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
                   "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.99, "policy_kwargs": {"net_arch": [128, 128]}},
     "default": {"n_timesteps": 150_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
                 "learning_rate": 1e-3, "ent_coef": 0.1, "gamma": 0.99, "policy_kwargs": {"net_arch": [64, 64]}},
-    "connect_four_v3": {"n_timesteps": 400_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
-                        "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.99,
+    "connect_four_v3": {"n_timesteps": 1_500_000, "n_envs": 64, "n_steps": 16, "batch_size": 512, "n_epochs": 4,
+                        "learning_rate": "lin_1e-3", "ent_coef": 0.01, "gamma": 0.99,
                         "policy_kwargs": {"net_arch": [128, 128], **_BOARD}},
 }  # fmt: skip
 GAME_PREFIX = "pettingzoo:"
 
 # The games whose default run trains against a league (--pool-size, --league-players) rather than by pure
 # self-play: tic-tac-toe meets 4 snapshots of itself and the ladder's three fixed players, which it must learn to
-# hold to a draw from either seat (docs/benchmarks.md, "A league for tic-tac-toe").
+# hold to a draw from either seat; Connect Four meets 4 snapshots, the one-ply player, the depth-2 negamax and
+# random play, the search players teaching it the threats pure self-play never punished (docs/benchmarks.md,
+# "A league for tic-tac-toe", "A league for Connect Four").
 GAME_LEAGUES: dict[str, tuple[int, tuple[str, ...]]] = {
     "tictactoe_v3": (4, ("perfect", "heuristic", "random")),
+    "connect_four_v3": (4, ("heuristic", "negamax_2", "random")),
 }
 
 
