@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("pettingzoo")
@@ -231,3 +232,31 @@ def test_the_board_games_train_against_their_league_unless_told_otherwise(given:
     assert (four.pool_size, four.league_players) == (4, ("heuristic", "negamax_2", "random"))
     other = _config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:leduc_holdem_v4"]))
     assert (other.pool_size, other.league_players) == (0, ())  # a card game: pure self-play by default
+
+
+def test_the_curves_top_axis_gives_the_moves_at_each_time_and_labels_them_without_an_offset() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from torchrl_mask.app.selfplay_files import moves_at_seconds, moves_axis
+
+    curve = [{"timestep": 477, "seconds": 0.25}, {"timestep": 600_000, "seconds": 500.0},
+             {"timestep": 1_351_840, "seconds": 1310.0}]  # fmt: skip
+    fig, ax = plt.subplots()
+    try:
+        ax.plot([point["seconds"] for point in curve], [0.0, 0.5, 1.0])
+        top = moves_axis(ax, curve)
+        fig.canvas.draw()
+        to_moves, to_seconds = moves_at_seconds(curve)
+        assert to_moves(500.0) == pytest.approx(600_000) and to_seconds(1_351_840) == pytest.approx(1310.0)
+        # past the last point the moves go on at the run's rate instead of piling onto 1,351,840
+        assert to_moves(1400.0) > to_moves(1350.0) > 1_351_840
+        positions = [to_seconds(tick) for tick in top.get_xticks()]
+        assert len(set(np.round(positions, 6))) == len(positions)  # no two ticks in one place
+        labels = [label.get_text() for label in top.get_xticklabels() if label.get_text()]
+        assert "1.2M" in labels and "400k" in labels and not top.xaxis.get_offset_text().get_text()
+        assert moves_axis(ax, curve[:1]) is None
+    finally:
+        plt.close(fig)

@@ -18,6 +18,7 @@ same ``evaluation.json`` bytes (the output path aside) and the same ``win_rates.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import numpy as np
 
 from torchrl_mask.app.config import TrainConfig
 
-__all__ = ["hyperparams_used", "plot_win_rates", "write_curve", "write_evaluation"]
+__all__ = ["hyperparams_used", "moves_at_seconds", "moves_axis", "plot_win_rates", "write_curve", "write_evaluation"]
 
 _PLAIN = (int, float, str, bool, type(None))
 
@@ -105,17 +106,7 @@ def plot_win_rates(curve: list[dict[str, Any]], evaluation: dict[str, Any], titl
             continue
         style = "--" if column.endswith("_loss") else "-"
         ax.plot(seconds, [point[column] for point in curve], ls=style, marker="o", label=column.removeprefix("vs_"))
-    if len(curve) > 1:  # the moves trained on at each time, along the top
-        moves = np.array([float(point["timestep"]) for point in curve])
-        times = np.array(seconds, dtype=float)
-
-        def to_moves(x: Any) -> Any:
-            return np.interp(x, times, moves)
-
-        def to_seconds(m: Any) -> Any:
-            return np.interp(m, moves, times)
-
-        ax.secondary_xaxis("top", functions=(to_moves, to_seconds)).set_xlabel("moves trained on")
+    moves_axis(ax, curve)
     ylabel = "rate" if win_rate else f"{evaluation.get('metric', '')} per game ({evaluation.get('unit', '')})"
     ax.set(xlabel="training's wall time (s), the measurements left out", ylabel=ylabel,
            title=f"self-play on {title}\nfinal: {_final_text(evaluation)}")  # fmt: skip
@@ -126,3 +117,47 @@ def plot_win_rates(curve: list[dict[str, Any]], evaluation: dict[str, Any], titl
         ax.legend(loc="best")
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def moves_axis(ax: Any, curve: list[dict[str, Any]]) -> Any:
+    """The moves trained on at each wall time, along the top of ``ax`` (its x axis: training's seconds), labelled
+    500k, 1.5M rather than with a ``1e6`` offset over the last tick.
+
+    :param ax: a matplotlib ``Axes`` whose x axis is the curve's ``"seconds"``.
+    :param curve: the measurements, each with ``"timestep"`` and ``"seconds"``, both rising.
+    :return: the secondary axis, or None when the curve has fewer than two distinct points.
+    """
+    from matplotlib.ticker import EngFormatter
+
+    functions = moves_at_seconds(curve)
+    if functions is None:
+        return None
+    top = ax.secondary_xaxis("top", functions=functions)
+    top.set_xlabel("moves trained on")
+    top.xaxis.set_major_formatter(EngFormatter(sep=""))
+    return top
+
+
+def moves_at_seconds(curve: list[dict[str, Any]]) -> tuple[Callable[[Any], Any], Callable[[Any], Any]] | None:
+    """The moves trained on at a wall time and back, interpolated between the curve's points and going on at the
+    run's mean rate past both ends (``np.interp`` alone would clamp, piling the margins' ticks onto the last point).
+
+    :param curve: the measurements, each with ``"timestep"`` and ``"seconds"``, both rising.
+    :return: ``(to_moves, to_seconds)``, each mapping an array (or a number) to one of the same shape; None when the
+        curve has fewer than two distinct points.
+    """
+    moves = np.array([float(point["timestep"]) for point in curve])
+    times = np.array([float(point["seconds"]) for point in curve])
+    if len(curve) < 2 or moves[-1] <= moves[0] or times[-1] <= times[0]:
+        return None
+    rate, far = (moves[-1] - moves[0]) / (times[-1] - times[0]), 1e9
+    times = np.concatenate([[times[0] - far], times, [times[-1] + far]])
+    moves = np.concatenate([[moves[0] - far * rate], moves, [moves[-1] + far * rate]])
+
+    def to_moves(x: Any) -> Any:
+        return np.interp(x, times, moves)
+
+    def to_seconds(m: Any) -> Any:
+        return np.interp(m, moves, times)
+
+    return to_moves, to_seconds
