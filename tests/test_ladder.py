@@ -13,7 +13,7 @@ pytest.importorskip("pettingzoo")
 from torchrl_mask import MaskablePPO, SeatEnv
 from torchrl_mask.games.evaluation import WinRates, evaluate_games, evaluate_ladder, play_games, summarise
 from torchrl_mask.games.ladder import LADDERS, ladder
-from torchrl_mask.games.players import random_legal
+from torchrl_mask.games.players import BatchPlayer, random_legal
 
 FOLD = 2  # leduc's fold
 
@@ -40,6 +40,37 @@ def test_the_player_takes_each_seat_in_turn() -> None:
     records = play_games("connect_four_v3", random_legal, random_legal, 6, seed=1)
     assert [record.seat for record in records] == [0, 1, 0, 1, 0, 1]
     assert all(record.moves.sum() >= 7 for record in records)  # a Connect Four game needs seven moves at least
+
+
+class Counting(BatchPlayer):
+    """The first legal move, counting the calls and the games each call moves in."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def batch(self, views: np.ndarray, masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        self.calls.append(len(views))
+        return masks.argmax(-1)
+
+
+def last_legal(observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
+    return int(np.flatnonzero(mask)[-1])
+
+
+@pytest.mark.parametrize("game", ["connect_four_v3", "leduc_holdem_v4"])
+def test_games_side_by_side_give_the_records_of_games_one_after_the_other(game) -> None:
+    # Players that never draw: the records (seats, returns, moves) depend only on the deals, which come first
+    # from the seed, so 1, 5 or 64 games at a time must give the same records in the same order.
+    runs = {width: play_games(game, Counting(), last_legal, 12, seed=4, side_by_side=width) for width in (1, 5, 64)}
+    for width in (5, 64):
+        for one, other in zip(runs[1], runs[width], strict=True):
+            assert one.seat == other.seat
+            assert np.array_equal(one.returns, other.returns) and np.array_equal(one.moves, other.moves)
+    counting = Counting()
+    records = play_games(game, counting, last_legal, 12, seed=4)
+    moved = sum(int(record.moves[record.seat]) for record in records)
+    assert sum(counting.calls) == moved and max(counting.calls) > 1  # one call for every game waiting on it
+    assert len(counting.calls) < moved
 
 
 def test_an_illegal_move_is_counted_and_loses_the_game() -> None:

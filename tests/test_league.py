@@ -139,3 +139,20 @@ def test_the_train_job_takes_about_thirty_snapshots_a_run_and_one_per_ten_rollou
         collector = build_collector(config, model, "tictactoe_v3", pool_size=1)
         assert collector.policy.snapshot_every == every
     assert every > 10  # the long run's snapshots are spaced out, so measuring each stays a small share of it
+
+
+def test_the_learner_computes_only_its_own_moves_and_the_opponents_fill_in_theirs() -> None:
+    model = _model()
+    players = SelfPlayPolicy(model.policy, pool_size=1, fixed={"first": first_legal})
+    seen: list[int] = []
+    model.policy.features_extractor.register_forward_hook(lambda module, args, out: seen.append(len(out)))
+    games = TurnBasedEnv("tictactoe_v3", opponents=2, n_games=8)
+    games.set_seed(0)
+    collector = Collector(games, players, frames_per_batch=256, total_frames=256)
+    seen.clear()  # the collector's own first call, on the reset games, to learn the policy's outputs
+    batch = next(iter(collector))
+    learner = players.learner_moves(batch)
+    assert 0 < int(learner.sum()) < learner.numel()
+    assert sum(seen) == int(learner.sum())  # not the snapshot's or the fixed player's moves
+    snapshot = ~learner & (batch["opponent"] == 0)
+    assert int(snapshot.sum()) > 20 and (batch["action_log_prob"][snapshot] < 0).float().mean() > 0.5  # its own draws

@@ -7,6 +7,7 @@ import pytest
 
 pytest.importorskip("pettingzoo")
 
+from torchrl_mask.games.env import make_game
 from torchrl_mask.games.evaluation import play_games, summarise
 from torchrl_mask.games.players import one_ply_heuristic, random_legal
 from torchrl_mask.games.search import negamax, perfect_tictactoe, window_score
@@ -94,3 +95,45 @@ def test_negamax_refuses_depth_zero_and_other_boards() -> None:
         negamax(0)
     with pytest.raises(ValueError, match="random_legal"):
         negamax(2)(np.zeros((3, 3, 2)), np.ones(9, bool), np.random.default_rng(0))
+
+
+def _positions(game: str, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Views and masks of ``count`` positions reached by random play (every one a position to move in)."""
+    rng, views, masks = np.random.default_rng(seed), [], []
+    env = make_game(game)
+    while len(views) < count:
+        env.reset(seed=int(rng.integers(2**31)))
+        stop = int(rng.integers(0, 30))
+        for ply, _ in enumerate(env.agent_iter()):
+            observation, _, terminated, truncated, _ = env.last()
+            if terminated or truncated:
+                break
+            if ply == stop:
+                views.append(observation["observation"])
+                masks.append(observation["action_mask"].astype(bool))
+                break
+            env.step(int(rng.choice(np.flatnonzero(observation["action_mask"]))))
+    return np.stack(views), np.stack(masks)
+
+
+@pytest.mark.parametrize("player", [negamax(1), negamax(2), one_ply_heuristic, random_legal], ids=str)
+def test_a_batch_of_games_gets_each_games_own_move(player) -> None:
+    # Connect Four positions of random play, taken in one batch and one by one: the search's scores do not depend
+    # on the other boards of the batch, only the ties' random draws do (one uniform per move and board), so
+    # with the same generator the batch and the board-by-board calls make the same moves.
+    views, masks = _positions("connect_four_v3", 60, seed=3)
+    batch = player.batch(views, masks, np.random.default_rng(7))
+    rng = np.random.default_rng(7)
+    single = [player(view, mask, rng) for view, mask in zip(views, masks, strict=True)]
+    assert batch.tolist() == single
+    assert masks[np.arange(len(batch)), batch].all()
+
+
+def test_the_one_ply_heuristic_takes_a_win_before_a_block_in_a_batch() -> None:
+    wins, mask = _connect_four([(5, 0), (4, 0), (3, 0)], [(5, 1), (5, 2), (5, 3)])  # it wins in 0, else blocks 4
+    blocks, _ = _connect_four([(5, 0), (4, 1)], [(5, 1), (5, 2), (5, 3)])  # only the block in column 4
+    neither, _ = _connect_four([], [])
+    moves = one_ply_heuristic.batch(np.stack([wins, blocks, neither]), np.stack([mask] * 3), np.random.default_rng(0))
+    assert moves[:2].tolist() == [0, 4] and 0 <= moves[2] < 7
+    board, legal = _tictactoe([0, 1], [3, 4])  # tic-tac-toe: 2 wins, 5 would block
+    assert one_ply_heuristic.batch(board[None], legal[None], np.random.default_rng(0)).tolist() == [2]

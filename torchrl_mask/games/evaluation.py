@@ -1,7 +1,8 @@
 """Evaluation of turn-based games: one loop plays any players against each other, seat by seat.
 
-- :func:`play_games`: the loop, over PettingZoo's AEC API (``agent_iter``, ``last``, ``step``); a player is a
-  function ``(observation, mask, rng) -> action`` (:mod:`~torchrl_mask.games.players`,
+- :func:`play_games`: the loop, over PettingZoo's AEC API (``agents``, ``last``, ``step``), many games side by
+  side, each player moving in all the games that wait on it at once; a player is a function
+  ``(observation, mask, rng) -> action`` (:mod:`~torchrl_mask.games.players`,
   :mod:`~torchrl_mask.games.search`), a trained model too (:func:`model_player`). The evaluated player takes each
   seat in turn, game by game; a game may end before it ever moves (a poker opponent folds first), and counts;
 - :func:`evaluate_games`: a model against one opponent of its game's ladder (:mod:`~torchrl_mask.games.ladder`),
@@ -30,7 +31,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from torchrl_mask.games.env import SEED_RANGE, make_game
 from torchrl_mask.games.ladder import LADDERS, ladder
-from torchrl_mask.games.players import Player
+from torchrl_mask.games.players import BatchPlayer, Player, moves
 
 if TYPE_CHECKING:
     from stable_baselines3.common.base_class import BaseAlgorithm
@@ -40,6 +41,7 @@ __all__ = [
     "EVAL_POINT_GAMES",
     "OPPONENTS",
     "GameRecord",
+    "ModelPlayer",
     "RecurrentPlayer",
     "WinRates",
     "evaluate_games",
@@ -83,12 +85,29 @@ def model_player(model: BaseAlgorithm) -> Player:
     """
     if hasattr(model.policy, "lstm_hidden_state_shape"):
         return RecurrentPlayer(model)
+    return ModelPlayer(model)
 
-    def player(observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
-        action, _ = model.predict(observation, action_masks=mask, deterministic=True)  # type: ignore[call-arg]
-        return int(np.asarray(action).reshape(()))
 
-    return player
+class ModelPlayer(BatchPlayer):
+    """A feed-forward model as a player: ``model.predict`` with the masks, deterministic, one call for all the
+    games it moves in at a time.
+
+    :param model: a MaskablePPO (any model whose ``predict`` takes ``action_masks=``).
+    """
+
+    __name__ = "model"
+
+    def __init__(self, model: BaseAlgorithm) -> None:
+        self.model = model
+
+    def batch(self, views: np.ndarray, masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """:param views: the seats' views, ``(n, *view)``.
+        :param masks: bool ``(n, n_actions)``.
+        :param rng: unused (the model plays deterministically).
+        :return: int64 ``(n,)``.
+        """
+        actions, _ = self.model.predict(views, action_masks=masks, deterministic=True)  # type: ignore[call-arg]
+        return np.asarray(actions).reshape(len(views))
 
 
 class RecurrentPlayer:
@@ -131,50 +150,89 @@ def seated(player: Player) -> Player:
     return fresh() if callable(fresh) else player
 
 
-def _play(game: Any, seating: list[Player], seed: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-    """One game with ``seating[i]`` in seat ``i``: every seat's return, moves and illegal moves."""
-    seats = list(game.possible_agents)
-    returns, moves, illegal = np.zeros(len(seats)), np.zeros(len(seats), int), np.zeros(len(seats), int)
-    game.reset(seed=seed)
-    for agent in game.agent_iter():
-        observation, reward, terminated, truncated, _ = game.last()
-        index = seats.index(agent)
-        returns[index] += float(reward)
-        if terminated or truncated:
-            game.step(None)
-            continue
-        mask = np.asarray(observation["action_mask"], dtype=bool)
-        action = seating[index](np.asarray(observation["observation"]), mask, rng)
-        illegal[index] += int(not 0 <= action < len(mask) or not mask[action])
-        moves[index] += 1
-        game.step(action)  # an illegal move is played: PettingZoo's classic games end the game, a loss for it
-    return returns, moves, illegal
+@dataclass
+class _Table:
+    """A game in play: its env, its number, the seats' players and counts so far."""
+
+    env: Any
+    number: int
+    seat: int
+    seating: list[Player]
+    returns: np.ndarray
+    moves: np.ndarray
+    illegal: np.ndarray
+
+    def turn(self, seats: list[str]) -> tuple[int, np.ndarray, np.ndarray] | None:
+        """Play the finished seats' passes up to the next seat to move, adding up rewards as ``agent_iter`` and
+        ``last`` give them: that seat's index, view and mask, or None once the game is over."""
+        env = self.env
+        while env.agents:  # AEC's agent_iter, one agent at a time
+            observation, reward, terminated, truncated, _ = env.last()
+            index = seats.index(env.agent_selection)
+            self.returns[index] += float(reward)
+            if not (terminated or truncated):
+                return index, np.asarray(observation["observation"]), np.asarray(observation["action_mask"], bool)
+            env.step(None)
+        return None
 
 
-def play_games(game: str | Any, player: Player, opponent: Player | None, games: int, seed: int) -> list[GameRecord]:
+def play_games(
+    game: str | Any, player: Player, opponent: Player | None, games: int, seed: int, side_by_side: int = 64
+) -> list[GameRecord]:
     """Play ``player`` against ``opponent`` in every other seat, ``games`` times, the player's seat in turn.
 
     Game ``i`` seats the player at ``i % n_seats`` (each seat the same share of the games) and the opponent in
-    the others. Games are dealt and the players draw from one generator seeded by ``seed``.
+    the others. Up to ``side_by_side`` games are played at once, each in its own AEC env: at every round each game
+    is played up to its next move, and a player then moves in all the games that wait on it in one call
+    (:func:`~torchrl_mask.games.players.moves`: one ``predict`` over their boards for a model, one search for a
+    :class:`~torchrl_mask.games.players.BatchPlayer`). The games' deals come first from one generator seeded by
+    ``seed``, then the players' random choices, in the games' order; the same seed gives the same records.
 
-    :param game: a ``pettingzoo.classic`` game's name or an AEC env
-        (:func:`~torchrl_mask.games.env.make_game`).
+    :param game: a ``pettingzoo.classic`` game's name, or an AEC env (:func:`~torchrl_mask.games.env.make_game`;
+        its games are played one at a time).
     :param player: the evaluated player.
     :param opponent: the other seats' player; None: ``player`` itself (a cooperative game's partners).
     :param games: games to play.
     :param seed: seeds the games and the players.
-    :return: one record per game.
+    :param side_by_side: games in play at once (1: one after the other).
+    :return: one record per game, in the games' order.
     """
-    env = make_game(game)
-    rng = np.random.default_rng(seed)
-    n_seats = len(env.possible_agents)
-    records = []
-    for index in range(games):
-        seat = index % n_seats
-        seating = [seated(player if s == seat or opponent is None else opponent) for s in range(n_seats)]
-        returns, moves, illegal = _play(env, seating, int(rng.integers(SEED_RANGE)), rng)
-        records.append(GameRecord(seat, returns, moves, illegal))
-    return records
+    first, rng = make_game(game), np.random.default_rng(seed)
+    deals = rng.integers(SEED_RANGE, size=games)
+    seats = list(first.possible_agents)
+    width = min(games, max(side_by_side, 1) if isinstance(game, str) else 1)
+    envs = [first, *(make_game(game) for _ in range(width - 1))]
+
+    def deal(env: Any, number: int) -> _Table:
+        seat, n = number % len(seats), len(seats)
+        seating = [seated(player if s == seat or opponent is None else opponent) for s in range(n)]
+        env.reset(seed=int(deals[number]))
+        return _Table(env, number, seat, seating, np.zeros(n), np.zeros(n, int), np.zeros(n, int))
+
+    tables, dealt, records = [deal(env, number) for number, env in enumerate(envs)], width, {}
+    while tables:
+        waiting: dict[int, list[tuple[_Table, int, np.ndarray, np.ndarray]]] = {}  # by player, in the envs' order
+        in_play = []
+        for table in tables:
+            turn = table.turn(seats)
+            while turn is None:  # over: its record, and the env deals the next game
+                records[table.number] = GameRecord(table.seat, table.returns, table.moves, table.illegal)
+                if dealt == games:
+                    break
+                table, dealt = deal(table.env, dealt), dealt + 1
+                turn = table.turn(seats)
+            if turn is not None:
+                waiting.setdefault(id(table.seating[turn[0]]), []).append((table, *turn))
+                in_play.append(table)
+        tables = in_play
+        for group in waiting.values():
+            mover = group[0][0].seating[group[0][1]]
+            actions = moves(mover, np.stack([view for *_, view, _ in group]), np.stack([m for *_, m in group]), rng)
+            for (table, index, _, mask), action in zip(group, actions.tolist(), strict=True):
+                table.illegal[index] += int(not 0 <= action < len(mask) or not mask[action])
+                table.moves[index] += 1
+                table.env.step(action)  # an illegal move is played: the classic games end the game, a loss for it
+    return [records[number] for number in range(games)]
 
 
 def _summary(metric: str, results: np.ndarray) -> dict[str, float]:

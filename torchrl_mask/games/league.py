@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from torchrl_mask.games.players import Player
+from torchrl_mask.games.players import Player, moves
 
 __all__ = ["League"]
 
@@ -103,7 +103,8 @@ class League(nn.Module):
     def fixed_moves(
         self, opponent: int, observations: np.ndarray, masks: np.ndarray, rng: np.random.Generator
     ) -> np.ndarray:
-        """Fixed player ``opponent``'s moves in several games.
+        """Fixed player ``opponent``'s moves in several games, all at once where it is a
+        :class:`~torchrl_mask.games.players.BatchPlayer`.
 
         :param opponent: the opponent's index (at least ``n_snapshots``).
         :param observations: the games' views, ``(n, *view)``.
@@ -111,8 +112,7 @@ class League(nn.Module):
         :param rng: the players' random choices (ties, random play).
         :return: int64 ``(n,)``.
         """
-        player = self.fixed[self.names[opponent]]
-        return np.array([player(view, mask, rng) for view, mask in zip(observations, masks, strict=True)])
+        return moves(self.fixed[self.names[opponent]], observations, masks, rng)
 
     def summary(self) -> dict[str, float]:
         """The learner's score against each opponent, by name."""

@@ -1,20 +1,27 @@
 """Fixed players of turn-based games: functions ``(observation, mask, rng) -> action``.
 
-- :func:`random_legal`: a uniformly random legal move;
-- :func:`one_ply_heuristic`: win now if possible, else block the opponent's immediate win, else random legal
+- :data:`random_legal`: a uniformly random legal move;
+- :data:`one_ply_heuristic`: win now if possible, else block the opponent's immediate win, else random legal
   (``tictactoe_v3`` and ``connect_four_v3``, told apart by their board's shape);
 - :func:`leduc_rule_v2`: rlcard's rule-based Leduc hold'em agent, ``LeducHoldemRuleAgentV2``, as shipped;
 - :func:`board_text`: a board as text.
 
 A player is a function of the mover's own view (``observation[..., 0]`` its pieces, ``observation[..., 1]`` the
 opponent's, as the classic games lay them out), its bool mask and a ``numpy.random.Generator``; one evaluation loop
-(:class:`~torchrl_mask.games.seat_env.SeatEnv`) pits any of them against a trained model.
+(:func:`~torchrl_mask.games.evaluation.play_games`) pits any of them against a trained model.
+
+A :class:`BatchPlayer` also moves in many games at once (``batch``, over stacked views and masks), in numpy
+rather than a Python loop per game: the self-play collector asks one for the moves of all the games it plays at
+a step, and the evaluation loop for all the games it plays side by side. One game's move is its batch of one, so
+the two give the same moves from the same generator. :func:`moves` asks any player for several games' moves.
 
 Example:
     >>> board = np.zeros((3, 3, 2), np.int8)
     >>> board[0, :2, 1] = 1  # the opponent threatens the top row
     >>> one_ply_heuristic(board, ~board.any(-1).reshape(-1), np.random.default_rng(0))
     2
+    >>> moves(one_ply_heuristic, board[None], ~board.any(-1).reshape(1, -1), np.random.default_rng(0))
+    array([2])
 """
 
 from __future__ import annotations
@@ -23,71 +30,160 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["PLAYERS", "Player", "board_text", "leduc_rule_v2", "one_ply_heuristic", "random_legal"]
+__all__ = [
+    "PLAYERS",
+    "BatchPlayer",
+    "OnePlyHeuristic",
+    "Player",
+    "RandomLegal",
+    "board_lines",
+    "board_text",
+    "leduc_rule_v2",
+    "moves",
+    "one_ply_heuristic",
+    "pick",
+    "random_legal",
+]
 
 Player = Callable[[np.ndarray, np.ndarray, np.random.Generator], int]
-# board shape -> (pieces in a row that win, whether a move drops to the lowest empty row of its column)
-_RULES = {(3, 3): (3, False), (6, 7): (4, True)}
-_DIRECTIONS = ((0, 1), (1, 0), (1, 1), (1, -1))
 
 
-def random_legal(observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
-    """A uniformly random legal move.
+def board_lines(height: int, width: int, length: int) -> np.ndarray:
+    """Every run of ``length`` cells in a row, column or diagonal of a board, as flat cell indices.
 
-    :param observation: the mover's view (unused).
-    :param mask: bool ``(n_actions,)``, the legal moves.
+    :param height: the board's rows.
+    :param width: its columns.
+    :param length: the cells in a run (4 for Connect Four's windows).
+    :return: int ``(n_lines, length)``, cells numbered ``row * width + col``.
+    """
+    lines = []
+    for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
+        for row in range(height):
+            for col in range(width):
+                cells = [(row + i * dr, col + i * dc) for i in range(length)]
+                if all(0 <= r < height and 0 <= c < width for r, c in cells):
+                    lines.append([r * width + c for r, c in cells])
+    return np.array(lines)
+
+
+# board shape -> (the lines whose filling wins, whether a move drops to the lowest empty row of its column)
+_RULES = {(3, 3): (board_lines(3, 3, 3), False), (6, 7): (board_lines(6, 7, 4), True)}
+
+
+def pick(candidates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One of each row's candidate moves, uniformly at random (one uniform draw per move and row, the largest
+    among the candidates taken).
+
+    :param candidates: bool ``(n, n_actions)``, at least one in every row.
     :param rng: the random generator.
-    :return: the move.
+    :return: int64 ``(n,)``.
     """
-    return int(rng.choice(np.flatnonzero(mask)))
+    keys = rng.random(candidates.shape)
+    return np.where(candidates, keys, -1.0).argmax(-1)
 
 
-def _cell(board: np.ndarray, action: int, drops: bool) -> tuple[int, int]:
-    """Where ``action`` puts a piece: the lowest empty row of column ``action``, or cell ``action`` row-major."""
-    if drops:
-        empty = np.flatnonzero(board.sum(axis=-1)[:, action] == 0)
-        return int(empty[-1]), action
-    rows, cols = divmod(action, board.shape[1])
-    return rows, cols
-
-
-def _completes(plane: np.ndarray, row: int, col: int, needed: int) -> bool:
-    """Whether a piece at ``(row, col)`` gives ``needed`` in a row on ``plane`` (the player's pieces)."""
-    height, width = plane.shape
-    for dr, dc in _DIRECTIONS:
-        count = 1
-        for sign in (1, -1):
-            r, c = row + sign * dr, col + sign * dc
-            while 0 <= r < height and 0 <= c < width and plane[r, c]:
-                count, r, c = count + 1, r + sign * dr, c + sign * dc
-        if count >= needed:
-            return True
-    return False
-
-
-def one_ply_heuristic(observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
-    """Win now if a move wins, else block the opponent's immediate win, else a random legal move.
-
-    :param observation: the mover's view ``(rows, cols, 2)``: its pieces, then the opponent's.
-    :param mask: bool ``(n_actions,)``, the legal moves.
-    :param rng: the random generator (for the random fallback).
-    :return: the move.
-    :raises ValueError: a board that is neither tic-tac-toe's ``(3, 3)`` nor Connect Four's ``(6, 7)``.
+class BatchPlayer:
+    """A player that moves in many games at once: :meth:`batch` over stacked views, and one game's move (the
+    call) as the batch of one. Subclasses write :meth:`batch`; they pickle (a worker process can play them).
     """
-    board = np.asarray(observation)
-    rules = _RULES.get(board.shape[:2])
-    if rules is None:
-        raise ValueError(
-            f"one_ply_heuristic knows tic-tac-toe (3, 3) and Connect Four (6, 7) boards; got {board.shape[:2]}. "
-            "Use random_legal, or a player of your own, for other games."
-        )
-    needed, drops = rules
-    legal = np.flatnonzero(mask)
-    for plane in (0, 1):  # a winning move first, then a blocking one
-        for action in legal:
-            if _completes(board[..., plane], *_cell(board, int(action), drops), needed):
-                return int(action)
-    return int(rng.choice(legal))
+
+    __name__ = "batch_player"
+
+    def __call__(self, observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
+        """One game's move: the batch of one.
+
+        :param observation: the mover's view.
+        :param mask: bool ``(n_actions,)``, the legal moves.
+        :param rng: the random generator.
+        :return: the move.
+        """
+        return int(self.batch(np.asarray(observation)[None], np.asarray(mask, bool)[None], rng)[0])
+
+    def batch(self, views: np.ndarray, masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Moves in ``n`` games.
+
+        :param views: the movers' views, ``(n, *view)``.
+        :param masks: bool ``(n, n_actions)``, each game's legal moves.
+        :param rng: the random generator.
+        :return: int64 ``(n,)``.
+        """
+        raise NotImplementedError
+
+
+def moves(player: Player, views: np.ndarray, masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``player``'s moves in ``n`` games: one :meth:`BatchPlayer.batch` call, or a call per game for other players.
+
+    :param player: any player.
+    :param views: the movers' views, ``(n, *view)``.
+    :param masks: bool ``(n, n_actions)``.
+    :param rng: the random generator.
+    :return: int64 ``(n,)``.
+    """
+    batch = getattr(player, "batch", None)
+    if callable(batch):
+        return np.asarray(batch(views, masks, rng), dtype=np.int64).reshape(len(views))
+    return np.array([player(view, mask, rng) for view, mask in zip(views, masks, strict=True)], dtype=np.int64)
+
+
+class RandomLegal(BatchPlayer):
+    """A uniformly random legal move (:func:`pick` over the mask); the view is not read."""
+
+    __name__ = "random_legal"
+
+    def batch(self, views: np.ndarray, masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """:param views: ``(n, *view)``, unused.
+        :param masks: bool ``(n, n_actions)``, the legal moves.
+        :param rng: the random generator.
+        :return: int64 ``(n,)``.
+        """
+        return pick(np.asarray(masks, bool), rng)
+
+
+#: A uniformly random legal move: ``random_legal(observation, mask, rng) -> action``.
+random_legal = RandomLegal()
+
+
+class OnePlyHeuristic(BatchPlayer):
+    """Win now if a move wins, else block the opponent's immediate win, else a random legal move: of several
+    winning (or blocking) moves the lowest-numbered. Tic-tac-toe's ``(3, 3)`` and Connect Four's ``(6, 7)`` boards.
+    """
+
+    __name__ = "one_ply_heuristic"
+
+    def batch(self, views: np.ndarray, masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """:param views: the movers' views ``(n, rows, cols, 2)``: their pieces, then the opponents'.
+        :param masks: bool ``(n, n_actions)``, the legal moves.
+        :param rng: the random generator (the random fallback draws for every game).
+        :return: int64 ``(n,)``.
+        :raises ValueError: a board that is neither tic-tac-toe's ``(3, 3)`` nor Connect Four's ``(6, 7)``.
+        """
+        boards, masks = np.asarray(views), np.asarray(masks, bool)
+        rules = _RULES.get(boards.shape[1:3]) if boards.ndim == 4 else None
+        if rules is None:
+            raise ValueError(
+                f"one_ply_heuristic knows tic-tac-toe (3, 3) and Connect Four (6, 7) boards; got {boards.shape[1:3]}. "
+                "Use random_legal, or a player of your own, for other games."
+            )
+        lines, drops = rules
+        n, height, width = boards.shape[:3]
+        planes = boards.reshape(n, height * width, 2) != 0
+        if drops:  # a column's piece lands on its lowest empty row
+            row = (~planes.any(-1)).reshape(n, height, width).sum(1) - 1
+            cells = np.maximum(row, 0) * width + np.arange(width)
+        else:
+            cells = np.broadcast_to(np.arange(height * width), masks.shape)
+        found = []
+        for plane in (0, 1):  # a winning move first, then a blocking one
+            after = np.repeat(planes[:, None, :, plane], masks.shape[1], axis=1)  # (n, n_actions, cells)
+            np.put_along_axis(after, cells[..., None], True, axis=2)
+            found.append(after[:, :, lines].all(-1).any(-1) & masks)
+        wins, blocks = found
+        fallback = pick(masks, rng)
+        return np.where(wins.any(-1), wins.argmax(-1), np.where(blocks.any(-1), blocks.argmax(-1), fallback))
+
+
+#: Win now if possible, else block, else random legal: ``one_ply_heuristic(observation, mask, rng) -> action``.
+one_ply_heuristic = OnePlyHeuristic()
 
 
 _LEDUC_ACTIONS = ("call", "raise", "fold", "check")  # rlcard's order, PettingZoo's action indices

@@ -27,7 +27,7 @@ from functools import cache
 
 import numpy as np
 
-from torchrl_mask.games.players import Player
+from torchrl_mask.games.players import BatchPlayer, Player, board_lines, pick
 
 __all__ = ["WINDOW_SCORES", "Negamax", "negamax", "perfect_tictactoe"]
 
@@ -73,20 +73,7 @@ def perfect_tictactoe(observation: np.ndarray, mask: np.ndarray, rng: np.random.
     return int(rng.choice(legal[values == values.max()]))
 
 
-def _windows() -> np.ndarray:
-    """The 69 four-cell windows of the 6x7 board, as flat cell indices ``(69, 4)``."""
-    windows = []
-    for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
-        for row in range(ROWS):
-            for col in range(COLUMNS):
-                cells = [(row + i * dr, col + i * dc) for i in range(4)]
-                if all(0 <= r < ROWS and 0 <= c < COLUMNS for r, c in cells):
-                    windows.append([r * COLUMNS + c for r, c in cells])
-    return np.array(windows)
-
-
-_WINDOWS = _windows()
-_CELL_WINDOWS = [_WINDOWS[np.isin(_WINDOWS, cell).any(axis=1)] for cell in range(ROWS * COLUMNS)]
+_WINDOWS = board_lines(ROWS, COLUMNS, 4)  # the 69 four-cell windows, flat cell indices (69, 4)
 
 
 def window_score(boards: np.ndarray) -> np.ndarray:
@@ -100,33 +87,33 @@ def window_score(boards: np.ndarray) -> np.ndarray:
     return (WINDOW_SCORES[own] * (theirs == 0) - WINDOW_SCORES[theirs] * (own == 0)).sum(-1)
 
 
-def _drop(board: np.ndarray, column: int) -> int:
-    """The flat cell a piece dropped in ``column`` lands on (the column is not full)."""
-    row = int(np.flatnonzero(board[column::COLUMNS] == 0)[-1])
-    return row * COLUMNS + column
+def _scores(boards: np.ndarray, depth: int) -> np.ndarray:
+    """Negamax scores of each column for the ``+1`` side of each board, ``-inf`` for a full column.
 
+    Every board's seven children are made at once; the ones neither won nor full go one ply deeper together
+    (as the opponent's boards, negated), or, at the horizon, are scored by :func:`window_score`.
 
-def _scores(board: np.ndarray, depth: int) -> np.ndarray:
-    """Negamax scores of each column for the ``+1`` side, ``-inf`` for a full column; ``(7,)``."""
-    scores = np.full(COLUMNS, -np.inf)
-    open_columns = np.flatnonzero(board[:COLUMNS] == 0)
-    children = []
-    for column in open_columns:
-        cell = _drop(board, int(column))
-        child = board.copy()
-        child[cell] = 1
-        if (child[_CELL_WINDOWS[cell]] == 1).all(axis=1).any():
-            scores[column] = _WIN + depth  # a win now beats a win later
-        elif not (child == 0).any():
-            scores[column] = 0.0
-        elif depth > 1:
-            scores[column] = -float(_scores(-child, depth - 1).max())
-        else:
-            children.append((column, child))
-    if children:  # the horizon: every leaf's window score at once
-        columns, boards = zip(*children, strict=True)
-        scores[list(columns)] = window_score(np.stack(boards))
-    return scores
+    :param boards: ``(n, 42)`` int8, ``+1`` the side to move, ``-1`` the other, no four in a row yet.
+    :param depth: plies to search, at least 1.
+    :return: float ``(n, 7)``.
+    """
+    n = len(boards)
+    row = (boards.reshape(n, ROWS, COLUMNS) == 0).sum(1) - 1  # where a piece dropped in each column lands
+    legal = row >= 0
+    children = np.repeat(boards[:, None, :], COLUMNS, axis=1)  # (n, 7, 42)
+    cells = np.maximum(row, 0) * COLUMNS + np.arange(COLUMNS)
+    np.put_along_axis(children, cells[..., None], 1, axis=2)  # a full column's child is dropped below
+    children = children.reshape(n * COLUMNS, ROWS * COLUMNS)
+    won = (children[:, _WINDOWS] == 1).all(-1).any(-1) & legal.reshape(-1)
+    full = ~(children == 0).any(-1)
+    scores = np.where(won, _WIN + depth, 0.0)  # a win now beats a win later; a full board draws
+    going = legal.reshape(-1) & ~won & ~full
+    if depth > 1:
+        scores[going] = -_scores(-children[going], depth - 1).max(-1)
+    else:  # the horizon: every leaf's window score at once
+        scores[going] = window_score(children[going])
+    scores[~legal.reshape(-1)] = -np.inf
+    return scores.reshape(n, COLUMNS)
 
 
 def negamax(depth: int) -> Player:
@@ -142,8 +129,9 @@ def negamax(depth: int) -> Player:
     return Negamax(depth)
 
 
-class Negamax:
-    """:func:`negamax`'s player: a class rather than a closure, so that it pickles.
+class Negamax(BatchPlayer):
+    """:func:`negamax`'s player: a class rather than a closure, so that it pickles; it moves in many games at once
+    (:meth:`batch`), one search over all their boards.
 
     :param depth: plies searched.
     """
@@ -152,21 +140,21 @@ class Negamax:
         self.depth = depth
         self.__name__ = f"negamax_{depth}"
 
-    def __call__(self, observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
-        """The best-scored legal column, ties broken at random.
+    def batch(self, views: np.ndarray, masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The best-scored legal column of each game, ties broken at random (:func:`~torchrl_mask.games.players.pick`).
 
-        :param observation: the mover's view ``(6, 7, 2)``.
-        :param mask: bool ``(7,)``, the legal columns.
+        :param views: the movers' views ``(n, 6, 7, 2)``.
+        :param masks: bool ``(n, 7)``, the legal columns.
         :param rng: breaks ties.
-        :return: the column.
-        :raises ValueError: a view that is not Connect Four's.
+        :return: int64 ``(n,)``.
+        :raises ValueError: views that are not Connect Four's.
         """
-        view = np.asarray(observation)
-        if view.shape != (ROWS, COLUMNS, 2):
+        views = np.asarray(views)
+        if views.shape[1:] != (ROWS, COLUMNS, 2):
             raise ValueError(
-                f"negamax plays Connect Four's (6, 7, 2) view; got {view.shape}. Use random_legal for other games."
+                f"negamax plays Connect Four's (6, 7, 2) view; got {views.shape[1:]}. Use random_legal for other games."
             )
-        board = (view[..., 0].astype(np.int8) - view[..., 1].astype(np.int8)).reshape(-1)
-        scores = _scores(board, self.depth)
-        scores[~np.asarray(mask, bool)] = -np.inf
-        return int(rng.choice(np.flatnonzero(scores == scores.max())))
+        boards = (views[..., 0].astype(np.int8) - views[..., 1].astype(np.int8)).reshape(len(views), -1)
+        scores = _scores(boards, self.depth)
+        scores[~np.asarray(masks, bool)] = -np.inf
+        return pick(scores == scores.max(-1, keepdims=True), rng)

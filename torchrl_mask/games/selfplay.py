@@ -147,14 +147,17 @@ class SelfPlayPolicy(TensorDictModuleBase):
         :return: ``tensordict``, with ``"action"``, ``"action_log_prob"`` and ``"state_value"`` set.
         """
         inputs = self._inputs(tensordict)
-        outputs = list(self.learner.module(*inputs))
-        if self.league is not None:
+        if self.league is None:
+            outputs = list(self.learner.module(*inputs))
+        else:
             self._check_opponents(tensordict)
             # a game's first move draws its opponent; the game keeps it (the env carries it) to its end
             drawn = self.league.choose(tensordict.get(OPPONENT_DRAW))
             opponent = torch.where(tensordict.get(OPPONENT_CHOSEN), tensordict.get(OPPONENT), drawn)
             tensordict.set(OPPONENT, opponent)
             theirs = ~self.learner_moves(tensordict)
+            mine = ~theirs if bool((~theirs).any()) else torch.ones_like(theirs)  # a module needs one row at least
+            outputs = self._rows(self.learner, inputs, mine)  # the opponents' rows are filled in below
             for index, snapshot in enumerate(self.pool):
                 rows = theirs & (opponent == index)
                 if bool(rows.any()):
@@ -164,6 +167,14 @@ class SelfPlayPolicy(TensorDictModuleBase):
             self._fixed_moves(inputs, outputs, theirs, opponent)
         self._write(tensordict, outputs)
         return tensordict
+
+    @staticmethod
+    def _rows(module: Any, inputs: list[torch.Tensor], rows: torch.Tensor) -> list[torch.Tensor]:
+        """``module``'s outputs for the ``rows`` (bool ``B``) of ``inputs``, zeros in the others, each ``(*B, ...)``."""
+        flat = rows.reshape(-1)  # B may be () (one step of an unbatched env) or several dims
+        played = module.module(*[leaf.reshape(-1, *leaf.shape[rows.dim() :])[flat] for leaf in inputs])
+        outputs = [new.new_zeros((len(flat), *new.shape[1:])).index_put_((flat,), new) for new in played]
+        return [out.reshape((*rows.shape, *out.shape[1:])) for out in outputs]
 
     def _fixed_moves(
         self, inputs: list[torch.Tensor], outputs: list[torch.Tensor], theirs: torch.Tensor, opponent: torch.Tensor
