@@ -234,6 +234,17 @@ def test_bench_selfplay_reports_both_speeds_of_each_game_as_ratios_to_its_own_ra
         assert c_low == c_median == c_high and r_low == r_median == r_high  # one round: one ratio
         assert c_median == pytest.approx(collect / base, abs=0.01 + 0.5 * collect / base**2)
         assert r_median == pytest.approx(run / base, abs=0.01 + 0.5 * run / base**2)
+        # where the time goes, microseconds a move: the parts fit in their whole (each printed to the microsecond)
+        costs = re.search(rf"^\| {game} \|((?: [\d,-]+ \|){{10}})$", done.stdout, re.M)
+        assert costs is not None, done.stdout
+        random_us, collect_us, policy, steps, run_us, *phases = (
+            float(value.replace(",", "")) for value in costs.group(1).strip(" |").split(" | ")
+        )
+        assert random_us == pytest.approx(1e6 / base, abs=1) and run_us == pytest.approx(1e6 / run, abs=1)
+        assert 0 < policy and 0 < steps and policy + steps <= collect_us + 1
+        collecting, updating, measuring, final, other = phases
+        assert min(collecting, updating, measuring, final) > 0 and other > -3
+        assert sum(phases) == pytest.approx(run_us, abs=3)
 
 
 def test_bench_memory_trains_both_models_for_the_same_time_and_reports_their_chips_and_illegal_moves():
@@ -258,6 +269,8 @@ def test_bench_selfplay_says_not_run_for_the_whole_runs_it_skipped():
     # --no-run measures collection alone: its whole-run cells say so instead of printing nan.
     from torchrl_mask.bench.selfplay import GameSpeeds, render
 
-    speeds = GameSpeeds("tictactoe_v3", random_play=[100.0], collection=[50.0], run=[float("nan")])
-    row = render([speeds], "torchrl-mask bench selfplay --no-run", 1).splitlines()[-1]
-    assert row == "| tictactoe_v3 | 100 | 50 | 0.50x (0.50x-0.50x) | not run | not run |"
+    speeds = GameSpeeds("tictactoe_v3", random_play=[100.0], collection=[50.0], run=[float("nan")],
+                        costs=[{"policy": 4000.0, "game": 9000.0}])  # fmt: skip
+    report = render([speeds], "torchrl-mask bench selfplay --no-run", 1).splitlines()
+    assert "| tictactoe_v3 | 100 | 50 | 0.50x (0.50x-0.50x) | not run | not run |" in report
+    assert report[-1] == "| tictactoe_v3 | 10,000 | 20,000 | 4,000 | 9,000 | not run" + " | not run" * 5 + " |"

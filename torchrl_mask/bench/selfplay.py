@@ -24,18 +24,53 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 GAMES = ("connect_four_v3", "tictactoe_v3")
 GOALS = {"collection": 0.7, "run": 0.4}
+PHASES = ("collecting", "updating", "measuring", "final", "other")  # a whole run's time, per move trained on
+
+
+@contextlib.contextmanager
+def timed(methods: dict[str, tuple[Any, str]]) -> Iterator[dict[str, float]]:
+    """Seconds spent in each of ``methods`` while the block runs: each is wrapped where it is defined (a class or a
+    module) for the block's duration, then restored.
+
+    :param methods: a label -> ``(owner, attribute name)``, the attribute defined on the owner itself.
+    :return: (as the ``with`` target) label -> seconds so far, nested calls counted in each.
+    """
+    totals = dict.fromkeys(methods, 0.0)
+    kept = [(owner, name, vars(owner)[name]) for owner, name in methods.values()]
+
+    def wrap(label: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                totals[label] += time.perf_counter() - start
+
+        return wrapper
+
+    for (label, (owner, name)), (_, _, original) in zip(methods.items(), kept, strict=True):
+        setattr(owner, name, wrap(label, original))
+    try:
+        yield totals
+    finally:
+        for owner, name, original in kept:
+            setattr(owner, name, original)
 
 
 @dataclass
@@ -46,12 +81,17 @@ class GameSpeeds:
     :param random_play: PettingZoo's own random play, moves a second.
     :param collection: the self-play collector, moves a second.
     :param run: the whole train job, moves trained on a second.
+    :param costs: each round's microseconds per move of the collection's parts (``"policy"``: the self-play
+        policy's forward, networks and fixed players; ``"game"``: the games' steps, PettingZoo's and the env's)
+        and, per move trained on, of the whole run's phases (``"collecting"``, ``"updating"``: PPO's epochs,
+        ``"measuring"``: the ladder during training, ``"final"``: the final evaluation, ``"other"``).
     """
 
     game: str
     random_play: list[float] = field(default_factory=list)
     collection: list[float] = field(default_factory=list)
     run: list[float] = field(default_factory=list)
+    costs: list[dict[str, float]] = field(default_factory=list)
 
     def ratios(self, what: str) -> list[float]:
         """Per-round ratios of ``what`` (``"collection"`` or ``"run"``) to that round's random play."""
@@ -82,17 +122,20 @@ def random_play(game: str, moves: int, seed: int) -> float:
     return played / (time.perf_counter() - start)
 
 
-def collection(game: str, batches: int, seed: int, n_envs: int | None = None) -> float:
+def collection(game: str, batches: int, seed: int, n_envs: int | None = None) -> tuple[float, dict[str, float]]:
     """The train job's self-play collector: moves a second over ``batches`` batches after one of warm-up.
 
     :param game: a PettingZoo classic game.
     :param batches: batches timed.
     :param seed: seeds the games and the policy.
     :param n_envs: games played side by side (one policy forward for all of them); None: the game's default.
-    :return: moves a second.
+    :return: moves a second, and microseconds per move in the policy (``"policy"``) and the games' steps
+        (``"game"``); the rest is TorchRL's collector.
     """
     from torchrl_mask.app.config import TrainConfig, game_hyperparams, game_league
     from torchrl_mask.app.selfplay_training import build_collector, build_model
+    from torchrl_mask.games.env import TurnBasedEnv
+    from torchrl_mask.games.selfplay import SelfPlayPolicy
 
     env_id = f"pettingzoo:{game}"
     defaults = game_hyperparams(env_id)
@@ -107,21 +150,23 @@ def collection(game: str, batches: int, seed: int, n_envs: int | None = None) ->
     try:
         stream = iter(collector)
         next(stream)
-        start = time.perf_counter()
-        for _ in range(batches):
-            next(stream)
-        return batches * frames / (time.perf_counter() - start)
+        with timed({"policy": (SelfPlayPolicy, "forward"), "game": (TurnBasedEnv, "_step")}) as spent:
+            start = time.perf_counter()
+            for _ in range(batches):
+                next(stream)
+            seconds = time.perf_counter() - start
+        return batches * frames / seconds, {key: 1e6 * value / (batches * frames) for key, value in spent.items()}
     finally:
         collector.shutdown()
 
 
-def whole_run(game: str, timesteps: int | None, seed: int) -> float:
+def whole_run(game: str, timesteps: int | None, seed: int) -> tuple[float, dict[str, float]]:
     """The CLI's train job at the game's defaults, in this process: moves trained on a second of its wall time.
 
     :param game: a PettingZoo classic game.
     :param timesteps: moves to train on; None: a tenth of the game's default run.
     :param seed: the run's ``--seed``.
-    :return: moves trained on a second.
+    :return: moves trained on a second, and microseconds per move trained on in each of :data:`PHASES`.
     :raises RuntimeError: the train job failed (its output is in the message).
     """
     # the job's modules and the learning curve's matplotlib are imported before the clock: a default run pays its
@@ -132,7 +177,7 @@ def whole_run(game: str, timesteps: int | None, seed: int) -> float:
     from torchrl_mask.app import run, selfplay_training  # noqa: F401
     from torchrl_mask.app.cli import main
     from torchrl_mask.app.config import TrainConfig, game_hyperparams
-    from torchrl_mask.games.evaluation import EVAL_POINTS
+    from torchrl_mask.games.evaluation import EVAL_POINTS, WinRates
 
     default = int(game_hyperparams(f"pettingzoo:{game}")["n_timesteps"])
     moves = timesteps or default // 10
@@ -143,14 +188,23 @@ def whole_run(game: str, timesteps: int | None, seed: int) -> float:
                 str(default // EVAL_POINTS), "--eval-episodes", str(episodes), "--out", str(out), "--no-progress",
                 "--verbose", "0"]  # fmt: skip
         printed = io.StringIO()
-        start = time.perf_counter()
-        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        phases: dict[str, tuple[Any, str]] = {
+            "rollouts": (MaskablePPO, "collect_rollouts"),
+            "updating": (MaskablePPO, "train"),
+            "measuring": (WinRates, "_on_rollout_end"),
+            "final": (selfplay_training, "evaluate_ladder"),
+        }
+        with timed(phases) as spent, contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            start = time.perf_counter()
             status = main(argv)
-        seconds = time.perf_counter() - start
+            seconds = time.perf_counter() - start
         if status != 0:
             raise RuntimeError(f"torchrl-mask {' '.join(argv)} exited {status}: {printed.getvalue()[-2000:]}")
         trained = MaskablePPO.load(out / "model.zip", device="cpu").num_timesteps
-    return trained / seconds
+    costs = {"collecting": spent["rollouts"] - spent["measuring"], "updating": spent["updating"],
+             "measuring": spent["measuring"], "final": spent["final"]}  # fmt: skip
+    costs["other"] = seconds - sum(costs.values())
+    return trained / seconds, {key: 1e6 * value / trained for key, value in costs.items()}
 
 
 def render(results: list[GameSpeeds], command: str, rounds: int) -> str:
@@ -176,6 +230,27 @@ def render(results: list[GameSpeeds], command: str, rounds: int) -> str:
     for speeds in results:
         random_moves = statistics.median(speeds.random_play)
         lines.append(f"| {speeds.game} | {random_moves:,.0f} | {cell(speeds, 'collection')} | {cell(speeds, 'run')} |")
+    lines += [
+        "",
+        "Where the time goes, microseconds per move (medians over the rounds): a move of random play; a move "
+        "collected, and of it the self-play policy's forward and the games' steps; a move trained on in the whole "
+        "run, and of it collecting, PPO's updates, the ladder measured during training, the final evaluation and "
+        "the rest.",
+        "",
+        "| game | random play | collection | policy | games' steps | whole run | " + " | ".join(PHASES) + " |",
+        "|---|---|---|---|---|---|" + "---|" * len(PHASES),
+    ]
+    for speeds in results:
+
+        def cost(key: str, speeds: GameSpeeds = speeds) -> str:
+            values = [costs[key] for costs in speeds.costs if key in costs]
+            return f"{statistics.median(values):,.0f}" if values else "not run"
+
+        per_move = [f"{1e6 / statistics.median(speeds.random_play):,.0f}",
+                    f"{1e6 / statistics.median(speeds.collection):,.0f}", cost("policy"), cost("game"),
+                    "not run" if all(np.isnan(speeds.run)) else f"{1e6 / statistics.median(speeds.run):,.0f}",
+                    *(cost(phase) for phase in PHASES)]  # fmt: skip
+        lines.append(f"| {speeds.game} | " + " | ".join(per_move) + " |")
     return "\n".join(lines)
 
 
@@ -217,8 +292,11 @@ def main(argv: list[str] | None = None) -> int:
         seed = args.seed + round_index
         for speeds in results:
             speeds.random_play.append(random_play(speeds.game, args.random_moves, seed))
-            speeds.collection.append(collection(speeds.game, args.batches, seed, args.n_envs))
-            speeds.run.append(float("nan") if args.no_run else whole_run(speeds.game, args.timesteps, seed))
+            collected, costs = collection(speeds.game, args.batches, seed, args.n_envs)
+            run_speed, phases = (float("nan"), {}) if args.no_run else whole_run(speeds.game, args.timesteps, seed)
+            speeds.collection.append(collected)
+            speeds.run.append(run_speed)
+            speeds.costs.append({**costs, **phases})
             print(
                 f"[{round_index + 1}/{args.rounds}] {speeds.game}: random play {speeds.random_play[-1]:,.0f}, "
                 f"collection {speeds.collection[-1]:,.0f}, whole run {speeds.run[-1]:,.0f} moves/s",
