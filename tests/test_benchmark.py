@@ -241,7 +241,7 @@ def test_bench_selfplay_reports_both_speeds_of_each_game_as_ratios_to_its_own_ra
             float(value.replace(",", "")) for value in costs.group(1).strip(" |").split(" | ")
         )
         assert random_us == pytest.approx(1e6 / base, abs=1) and run_us == pytest.approx(1e6 / run, abs=1)
-        assert 0 < policy and 0 < steps and policy + steps <= collect_us + 1
+        assert policy > 0 and steps > 0 and policy + steps <= collect_us + 1
         collecting, updating, measuring, final, other = phases
         assert min(collecting, updating, measuring, final) > 0 and other > -3
         assert sum(phases) == pytest.approx(run_us, abs=3)

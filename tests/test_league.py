@@ -156,3 +156,22 @@ def test_the_learner_computes_only_its_own_moves_and_the_opponents_fill_in_their
     assert sum(seen) == int(learner.sum())  # not the snapshot's or the fixed player's moves
     snapshot = ~learner & (batch["opponent"] == 0)
     assert int(snapshot.sum()) > 20 and (batch["action_log_prob"][snapshot] < 0).float().mean() > 0.5  # its own draws
+
+
+def test_a_fixed_share_splits_the_games_between_the_snapshots_and_the_fixed_players() -> None:
+    league = League(2, {"first": first_legal, "perfect": perfect_tictactoe}, fixed_share=0.5)
+    league.scores.copy_(torch.tensor([0.5, 0.5, 1.0, 0.0]))  # the snapshots even, first beaten, perfect unbeaten
+    probabilities = league.probabilities()
+    assert torch.allclose(probabilities[:2].sum(), torch.tensor(0.5)) and torch.allclose(probabilities[2:].sum(),
+                                                                                         torch.tensor(0.5))  # fmt: skip
+    assert torch.allclose(probabilities[:2], torch.tensor([0.25, 0.25]))
+    assert torch.allclose(probabilities[2:], torch.tensor([0.05, 1.05]) / 1.1 * 0.5)  # within: (1 - score)^2 + floor
+    # both fixed players beaten: in one draw they get 0.1 / 0.7 of the games, split they keep half
+    one_draw = League(2, {"first": first_legal, "perfect": perfect_tictactoe})
+    for both in (league, one_draw):
+        both.scores.copy_(torch.tensor([0.5, 0.5, 1.0, 1.0]))
+    assert torch.allclose(one_draw.probabilities()[2:].sum(), torch.tensor(0.1 / 0.7))
+    assert torch.allclose(league.probabilities()[2:], torch.tensor([0.25, 0.25]))
+    assert League(2, fixed_share=0.5).fixed_share is None  # nothing to split
+    with pytest.raises(ValueError, match=r"fixed_share=1.5.*\[0, 1\]"):
+        League(2, {"first": first_legal}, fixed_share=1.5)

@@ -206,6 +206,14 @@ def test_continuing_from_a_missing_file_is_one_line_exit_2(tmp_path: Path) -> No
     assert not out.exists()
 
 
+def test_a_fixed_share_that_is_no_share_is_one_line_exit_2_naming_it(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = run_cli("--env", "pettingzoo:connect_four_v3", "--fixed-share", "1.5", "--out", str(out), *QUIET)
+    assert proc.returncode == 2
+    assert "--fixed-share 1.5" in _one_line(proc) and "from 0 to 1" in _one_line(proc)
+    assert not out.exists()
+
+
 def test_a_pool_size_above_the_bound_is_one_line_exit_2_naming_it(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = run_cli("--env", "pettingzoo:tictactoe_v3", "--pool-size", "1000000", "--out", str(out), *QUIET)
@@ -228,8 +236,11 @@ def test_the_board_games_train_against_their_league_unless_told_otherwise(given:
     args = build_parser().parse_args(["train", "--env", "pettingzoo:tictactoe_v3", *given])
     config = _config_from_args(args)
     assert (config.pool_size, config.league_players) == league
+    assert config.fixed_share is None  # one draw over all the opponents, unless --fixed-share
     four = _config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:connect_four_v3"]))
-    assert (four.pool_size, four.league_players) == (4, ("heuristic", "negamax_2", "random"))
+    assert (four.pool_size, four.league_players, four.fixed_share) == (4, ("heuristic", "negamax_2", "random"), None)
+    given = ["train", "--env", "pettingzoo:connect_four_v3", "--fixed-share", "0.2"]
+    assert _config_from_args(build_parser().parse_args(given)).fixed_share == 0.2
     other = _config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:leduc_holdem_v4"]))
     assert (other.pool_size, other.league_players) == (0, ())  # a card game: pure self-play by default
 

@@ -64,6 +64,7 @@ from torchrl_mask.app.config import (
     UsageError,
     check_config,
     check_hyperparams,
+    game_fixed_share,
     game_hyperparams,
     game_league,
     load_conf_file,
@@ -157,6 +158,14 @@ def _add_league(train: argparse.ArgumentParser) -> None:
         "(tic-tac-toe: random heuristic perfect; Connect Four: random heuristic negamax_2), drawn with the snapshots "
         "by what it does not beat yet (default: the game's league, perfect heuristic random for tic-tac-toe, "
         "heuristic negamax_2 random for Connect Four; given either option, the other defaults to none)",
+    )
+    train.add_argument(
+        "--fixed-share",
+        type=float,
+        default=None,
+        metavar="F",
+        help="pettingzoo:<game> only: the league's fixed players' share of its games, in [0, 1], the snapshots the "
+        "rest, each group drawn within by what the learner does not beat (default: one draw over all the opponents)",
     )
 
 
@@ -315,6 +324,7 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         overwrite=args.overwrite,
         pool_size=pool_size,
         league_players=league_players,
+        fixed_share=game_fixed_share(args.env, args.fixed_share),
         algo=args.algo,
     )
 

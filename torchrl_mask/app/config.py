@@ -30,11 +30,13 @@ from typing import Any, Literal
 
 from torchrl_mask.app import run_folder
 from torchrl_mask.app.game_config import (
+    GAME_FIXED_SHARES,
     GAME_HYPERPARAMS,
     GAME_LEAGUES,
     GAME_PREFIX,
     POOL_SIZE_MAX,
     check_pool_size,
+    game_fixed_share,
     game_hyperparams,
     game_league,
 )
@@ -51,6 +53,7 @@ __all__ = [
     "ALGOS",
     "CRASH_FILE",
     "DEFAULT_HYPERPARAMS",
+    "GAME_FIXED_SHARES",
     "GAME_HYPERPARAMS",
     "GAME_LEAGUES",
     "GAME_PREFIX",
@@ -68,6 +71,7 @@ __all__ = [
     "check_paths",
     "check_pool_size",
     "failed",
+    "game_fixed_share",
     "game_hyperparams",
     "game_league",
     "load_conf_file",
@@ -274,6 +278,8 @@ class TrainConfig:
     :param league_players: a ``pettingzoo:`` game only: fixed players of the game's ladder the learner also meets
         (``("perfect",)`` for tic-tac-toe), drawn with the snapshots by what the learner does not beat yet
         (:mod:`torchrl_mask.games.league`).
+    :param fixed_share: a ``pettingzoo:`` game's league only: the fixed players' share of its games, the snapshots
+        the rest (:class:`~torchrl_mask.games.league.League`); None: one draw over all the opponents.
     :param algo: ``"ppo_mask"`` trains :class:`~torchrl_mask.MaskablePPO`, ``"ppo_lstm_mask"``
         :class:`~torchrl_mask.MaskableRecurrentPPO` (LSTM policies: ``MlpLstmPolicy`` or ``MultiInputLstmPolicy``
         by default, with ``policy_kwargs`` such as ``lstm_hidden_size``; from a VecEnv or a collector).
@@ -303,6 +309,7 @@ class TrainConfig:
     overwrite: bool = False
     pool_size: int = 0
     league_players: tuple[str, ...] = ()
+    fixed_share: float | None = None
     algo: Literal["ppo_mask", "ppo_lstm_mask"] = "ppo_mask"
 
     def output_dir(self) -> Path:

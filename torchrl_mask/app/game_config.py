@@ -9,12 +9,14 @@ from typing import Any
 from torchrl_mask.app.hyperparams import UsageError
 
 __all__ = [
+    "GAME_FIXED_SHARES",
     "GAME_HYPERPARAMS",
     "GAME_LEAGUES",
     "GAME_PREFIX",
     "LSTM_GAME_KWARGS",
     "POOL_SIZE_MAX",
     "check_pool_size",
+    "game_fixed_share",
     "game_hyperparams",
     "game_league",
 ]
@@ -74,6 +76,12 @@ GAME_LEAGUES: dict[str, tuple[int, tuple[str, ...]]] = {
     "connect_four_v3": (4, ("heuristic", "negamax_2", "random")),
 }
 
+# A game's default share of its league's games for the fixed players (--fixed-share; League's fixed_share), the
+# snapshots the rest. None has one: drawn in one pool, the snapshots take most of Connect Four's games (about 80%
+# at the end of a run), and giving the fixed players half of them measured worse on every opponent, random play
+# included (docs/benchmarks.md, "A league for Connect Four").
+GAME_FIXED_SHARES: dict[str, float] = {}
+
 
 #: What ``--algo ppo_lstm_mask`` adds to a game's ``policy_kwargs``: a smaller LSTM than sb3-contrib's 256 units
 #: (a seat's view of these games is small, and every move of a rollout runs the LSTM one step).
@@ -106,6 +114,19 @@ def game_league(env_id: str, pool_size: int | None, players: list[str] | None) -
     if pool_size is None and players is None and env_id.startswith(GAME_PREFIX):
         return GAME_LEAGUES.get(env_id.removeprefix(GAME_PREFIX), (0, ()))
     return pool_size or 0, tuple(players or ())
+
+
+def game_fixed_share(env_id: str, given: float | None) -> float | None:
+    """The fixed players' share of a league's games: ``--fixed-share`` if given, else the game's
+    (:data:`GAME_FIXED_SHARES`), else None (one draw over all the opponents).
+
+    :param env_id: ``"pettingzoo:connect_four_v3"``, or a gymnasium id (no league).
+    :param given: ``--fixed-share``, None if not given.
+    :return: the share, or None.
+    """
+    if given is not None or not env_id.startswith(GAME_PREFIX):
+        return given
+    return GAME_FIXED_SHARES.get(env_id.removeprefix(GAME_PREFIX))
 
 
 def check_pool_size(pool_size: int) -> None:

@@ -105,6 +105,8 @@ def _train_game(config: TrainConfig) -> int:
     if config.pool_size or config.league_players:
         players = "".join(f", {name}" for name in config.league_players)
         opponents = f"against a league of {config.pool_size} past snapshots{players}"
+        if config.fixed_share is not None and config.pool_size and config.league_players:
+            opponents += f", the fixed players {config.fixed_share:.0%} of the games"
     print(
         f"Training {ALGOS[config.algo]} on {config.env_id} by self-play ({opponents}) for {config.n_timesteps:,} "
         f"moves: {config.n_envs} games side by side, seed {config.seed}, device {config.device}."

@@ -101,7 +101,8 @@ def build_collector(config: TrainConfig, model: Model, game: str, pool_size: int
     fixed = {name: ladder(game).opponents[name] for name in config.league_players}
     # about SNAPSHOTS snapshots a run (each measured against the ladder as it is taken), one per 10 rollouts or fewer
     rollouts = 2 * config.n_timesteps // (config.n_envs * model.n_steps)  # the learner makes about half the moves
-    league = {"pool_size": pool_size, "fixed": fixed, "snapshot_every": max(10, rollouts // SNAPSHOTS)}
+    league = {"pool_size": pool_size, "fixed": fixed, "snapshot_every": max(10, rollouts // SNAPSHOTS),
+              "fixed_share": config.fixed_share}  # fmt: skip
     if isinstance(model, MaskableRecurrentPPO):
         n_seats = len(make_game(game).possible_agents)
         policy = RecurrentSelfPlayPolicy(model.policy, n_seats, **league)  # type: ignore[arg-type]
@@ -187,12 +188,16 @@ def check_policy(config: TrainConfig) -> str:
 
 
 def check_league(config: TrainConfig, game: str) -> None:
-    """Refuse ``--league-players`` that are not fixed players of the game's ladder.
+    """Refuse ``--league-players`` that are not fixed players of the game's ladder, and a ``--fixed-share``
+    outside ``[0, 1]``.
 
-    :param config: the run (``league_players``).
+    :param config: the run (``league_players``, ``fixed_share``).
     :param game: the game's name.
-    :raises UsageError: an unknown name, or one named twice.
+    :raises UsageError: an unknown name, one named twice, or a share that is no share.
     """
+    if config.fixed_share is not None and not 0 <= config.fixed_share <= 1:
+        raise UsageError(f"--fixed-share {config.fixed_share}: give the fixed players' share of the league's games, "
+                         "from 0 to 1 (0.5: half the games against them).")  # fmt: skip
     known = sorted(name for name, player in ladder(game).opponents.items() if player is not None)
     unknown = [name for name in config.league_players if name not in known]
     if unknown or len(set(config.league_players)) != len(config.league_players):

@@ -41,7 +41,14 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 
 from torchrl_mask.app import results, run_folder, search_spaces, selfplay_training, tune_args, tune_outputs
-from torchrl_mask.app.config import GAME_PREFIX, TrainConfig, UsageError, check_minibatches, game_league
+from torchrl_mask.app.config import (
+    GAME_PREFIX,
+    TrainConfig,
+    UsageError,
+    check_minibatches,
+    game_fixed_share,
+    game_league,
+)
 from torchrl_mask.app.masked_env import make_masked_env, one_line
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
 from torchrl_mask.app.training import ALGORITHMS, _policy, model_kwargs, quiet_logger
@@ -102,7 +109,7 @@ def _train_config(config: TuneConfig, hyperparams: dict[str, Any], seed: int) ->
     return TrainConfig(
         env_id=config.env_id, n_timesteps=config.n_timesteps, n_envs=config.n_envs, hyperparams=rest, seed=seed,
         eval_episodes=config.eval_episodes, verbose=0, progress_bar=False, algo=config.algo,  # type: ignore[arg-type]
-        pool_size=pool_size, league_players=league_players,
+        pool_size=pool_size, league_players=league_players, fixed_share=game_fixed_share(config.env_id, None),
     )  # fmt: skip
 
 

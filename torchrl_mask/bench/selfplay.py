@@ -132,7 +132,7 @@ def collection(game: str, batches: int, seed: int, n_envs: int | None = None) ->
     :return: moves a second, and microseconds per move in the policy (``"policy"``) and the games' steps
         (``"game"``); the rest is TorchRL's collector.
     """
-    from torchrl_mask.app.config import TrainConfig, game_hyperparams, game_league
+    from torchrl_mask.app.config import TrainConfig, game_fixed_share, game_hyperparams, game_league
     from torchrl_mask.app.selfplay_training import build_collector, build_model
     from torchrl_mask.games.env import TurnBasedEnv
     from torchrl_mask.games.selfplay import SelfPlayPolicy
@@ -143,7 +143,8 @@ def collection(game: str, batches: int, seed: int, n_envs: int | None = None) ->
     default_games = defaults.pop("n_envs")
     games = default_games if n_envs is None else n_envs
     config = TrainConfig(env_id=env_id, n_timesteps=int(defaults.pop("n_timesteps")), n_envs=games,
-                         hyperparams=defaults, seed=seed, pool_size=pool_size, league_players=players)  # fmt: skip
+                         hyperparams=defaults, seed=seed, pool_size=pool_size, league_players=players,
+                         fixed_share=game_fixed_share(env_id, None))  # fmt: skip
     model = build_model(config, game, "cpu")
     collector = build_collector(config, model, game, pool_size)
     frames = config.n_envs * model.n_steps

@@ -5,7 +5,10 @@ by name, e.g. tic-tac-toe's perfect player) and the learner's running score agai
 0 a loss, an exponential average over the games it played against that opponent (``rate`` per game), 0.5 before
 any. An opponent is drawn with probability proportional to ``(1 - score) ** 2 + floor``: prioritized fictitious
 self-play, as AlphaStar's league draws its opponents, so the games go to the opponents the learner does not beat
-yet, and every opponent keeps a share (``floor``) so that a score can recover.
+yet, and every opponent keeps a share (``floor``) so that a score can recover. With ``fixed_share``, the draw is
+two-level, as AlphaStar's mixes its matchmaking: the fixed players together get that share of the games and the
+snapshots the rest, each group drawn within by the same weights; without it, the snapshots, which the learner
+beats about half the time, take most of the games, and the fixed players it already beats (random play) few.
 
 The draw is split between the env and the policy: :class:`~torchrl_mask.games.env.TurnBasedEnv` deals each game a
 uniform number in ``[0, 1)`` (``"opponent_draw"``, from its seeded generator), and the league maps it through its
@@ -43,7 +46,10 @@ class League(nn.Module):
     :param fixed: the fixed players, by name (opponents ``n_snapshots`` on, in this order).
     :param rate: how far one game moves the learner's score against its opponent.
     :param floor: the least weight an opponent keeps, however well the learner does against it.
-    :raises ValueError: no opponent at all, a rate outside ``(0, 1]`` or a negative floor.
+    :param fixed_share: the share of the games the fixed players get together, the snapshots the rest; None: one
+        draw over all opponents by their weights. Only with both snapshots and fixed players.
+    :raises ValueError: no opponent at all, a rate outside ``(0, 1]``, a negative floor, or a ``fixed_share``
+        outside ``[0, 1]``.
     """
 
     scores: torch.Tensor
@@ -54,6 +60,7 @@ class League(nn.Module):
         fixed: Mapping[str, Player] | None = None,
         rate: float = 0.05,
         floor: float = 0.05,
+        fixed_share: float | None = None,
     ) -> None:
         fixed = dict(fixed or {})
         if n_snapshots + len(fixed) < 1 or not 0 < rate <= 1 or floor < 0:
@@ -61,17 +68,25 @@ class League(nn.Module):
                 f"League(n_snapshots={n_snapshots}, {len(fixed)} fixed players, rate={rate}, floor={floor}): give at "
                 "least one opponent, a rate in (0, 1] and a floor >= 0."
             )
+        if fixed_share is not None and not 0 <= fixed_share <= 1:
+            raise ValueError(f"League(fixed_share={fixed_share}): give the fixed players' share of games in [0, 1].")
         super().__init__()
         self.n_snapshots = n_snapshots
         self.fixed = fixed
         self.names = [f"snapshot_{index}" for index in range(n_snapshots)] + list(fixed)
         self.rate, self.floor = rate, floor
+        both = n_snapshots > 0 and len(fixed) > 0
+        self.fixed_share = fixed_share if both else None  # one group only: the split has nothing to split
         self.register_buffer("scores", torch.full((len(self.names),), 0.5))
 
     def probabilities(self) -> torch.Tensor:
         """Each opponent's probability of being drawn, ``(n_opponents,)``."""
         weights = (1.0 - self.scores) ** 2 + self.floor
-        return weights / weights.sum()
+        if self.fixed_share is None:
+            return weights / weights.sum()
+        snapshots, fixed = weights[: self.n_snapshots], weights[self.n_snapshots :]
+        share = self.fixed_share
+        return torch.cat([snapshots / snapshots.sum() * (1.0 - share), fixed / fixed.sum() * share])
 
     def choose(self, draw: torch.Tensor) -> torch.Tensor:
         """The opponents for uniform draws in ``[0, 1)``, by the league's probabilities.

@@ -91,6 +91,7 @@ class RecurrentSelfPlayPolicy(SelfPlayPolicy):
     :param snapshot_every: with a pool, the learner's weights replace the oldest snapshot every this many
         rollouts.
     :param fixed: fixed players the learner also meets, by name (as ``SelfPlayPolicy`` takes them).
+    :param fixed_share: the fixed players' share of the games (as ``SelfPlayPolicy`` takes it).
     :raises TypeError: not MaskableRecurrentPPO's policy (for MaskablePPO's: ``SelfPlayPolicy``).
     :raises ValueError: ``n_seats`` below 1, a negative ``pool_size`` or a ``snapshot_every`` below 1.
     """
@@ -106,10 +107,11 @@ class RecurrentSelfPlayPolicy(SelfPlayPolicy):
         pool_size: int = 0,
         snapshot_every: int = 10,
         fixed: Mapping[str, Player] | None = None,
+        fixed_share: float | None = None,
     ) -> None:
         if n_seats < 1:
             raise ValueError(f"n_seats={n_seats}: give the game's number of seats, len(TurnBasedEnv(game).seats).")
-        super().__init__(policy, pool_size, snapshot_every, fixed)  # type: ignore[arg-type]
+        super().__init__(policy, pool_size, snapshot_every, fixed, fixed_share)  # type: ignore[arg-type]
         self.n_seats = n_seats
         if SEAT not in self.in_keys:
             self.in_keys.append(SEAT)

@@ -86,6 +86,8 @@ class SelfPlayPolicy(TensorDictModuleBase):
         rollouts.
     :param fixed: fixed players the learner also meets, by name (functions ``(observation, mask, rng) -> action``,
         :mod:`torchrl_mask.games.players`, :mod:`torchrl_mask.games.search`).
+    :param fixed_share: the fixed players' share of the games, the snapshots the rest
+        (:class:`~torchrl_mask.games.league.League`); None: one draw over all by what the learner does not beat.
     :raises ValueError: a negative ``pool_size`` or a ``snapshot_every`` below 1.
     :raises TypeError: a policy of another kind (for an LSTM policy:
         :class:`~torchrl_mask.games.recurrent_selfplay.RecurrentSelfPlayPolicy`).
@@ -100,6 +102,7 @@ class SelfPlayPolicy(TensorDictModuleBase):
         pool_size: int = 0,
         snapshot_every: int = 10,
         fixed: Mapping[str, Player] | None = None,
+        fixed_share: float | None = None,
     ) -> None:
         if pool_size < 0 or snapshot_every < 1:
             raise ValueError(
@@ -112,7 +115,7 @@ class SelfPlayPolicy(TensorDictModuleBase):
         except TypeError:
             raise TypeError(f"{type(self).__name__} cannot play {type(policy).__name__}: {self._other}") from None
         self.pool = nn.ModuleList(self._module_type(_snapshot(policy)) for _ in range(pool_size))
-        self.league = None if not pool_size and not fixed else League(pool_size, fixed)
+        self.league = None if not pool_size and not fixed else League(pool_size, fixed, fixed_share=fixed_share)
         self.snapshot_every = snapshot_every
         self.rollouts = 0  # rollouts seen, for the snapshot schedule
         self.snapshots = 0  # snapshots taken so far
