@@ -116,7 +116,7 @@ def _positions(game: str, count: int, seed: int) -> tuple[np.ndarray, np.ndarray
     return np.stack(views), np.stack(masks)
 
 
-@pytest.mark.parametrize("player", [negamax(1), negamax(2), one_ply_heuristic, random_legal], ids=str)
+@pytest.mark.parametrize("player", [negamax(1), negamax(2), one_ply_heuristic, random_legal], ids=lambda p: p.__name__)
 def test_a_batch_of_games_gets_each_games_own_move(player) -> None:
     # Connect Four positions of random play, taken in one batch and one by one: the search's scores do not depend
     # on the other boards of the batch, only the ties' random draws do (one uniform per move and board), so
