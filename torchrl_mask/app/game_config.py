@@ -77,9 +77,7 @@ GAME_LEAGUES: dict[str, tuple[int, tuple[str, ...]]] = {
 }
 
 # A game's default share of its league's games for the fixed players (--fixed-share; League's fixed_share), the
-# snapshots the rest. None has one: drawn in one pool, the snapshots take most of Connect Four's games (about 80%
-# at the end of a run), and giving the fixed players half of them measured worse on every opponent, random play
-# included (docs/benchmarks.md, "A league for Connect Four").
+# snapshots the rest. None has one: docs/benchmarks.md, "A league for Connect Four", measures why.
 GAME_FIXED_SHARES: dict[str, float] = {}
 
 

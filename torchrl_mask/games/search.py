@@ -31,7 +31,7 @@ from torchrl_mask.games.players import BatchPlayer, Player, board_lines, pick
 
 __all__ = ["WINDOW_SCORES", "Negamax", "negamax", "perfect_tictactoe"]
 
-_LINES = np.array([[0, 1, 2], [3, 4, 5], [6, 7, 8], [0, 3, 6], [1, 4, 7], [2, 5, 8], [0, 4, 8], [2, 4, 6]])
+_LINES = board_lines(3, 3, 3)  # tic-tac-toe's 8 lines, flat cells
 _LINE_MASKS = tuple(int(sum(1 << int(cell) for cell in line)) for line in _LINES)
 ROWS, COLUMNS = 6, 7
 WINDOW_SCORES = np.array([0.0, 0.0, 1.0, 10.0, 0.0])  # by the mover's pieces in an open window (4 is a win)
