@@ -8,6 +8,8 @@
 - ``seat_split``: the rules of that split (each seat's moves, its rewards up to its next move, the game's end);
 - ``recurrent_selfplay``: ``RecurrentSelfPlayPolicy``, the same for ``MaskableRecurrentPPO``, each seat with its own
   LSTM state;
+- ``symmetry``: a board game's symmetries (Connect Four's mirror, tic-tac-toe's eight) and the images of the
+  learner's moves that self-play also trains on;
 - ``network``: ``BoardCNN``, a convolutional features extractor for channels-last boards (any MaskablePPO);
 - ``players``: fixed players, functions ``(observation, mask, rng) -> action`` (rlcard's Leduc rule agent too);
 - ``search``: players that search the game tree (perfect tic-tac-toe, Connect Four's ``negamax(depth)``);

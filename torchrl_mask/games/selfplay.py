@@ -43,6 +43,7 @@ from torchrl_mask.games.env import LEARNER_SEAT, OPPONENT, OPPONENT_CHOSEN, OPPO
 from torchrl_mask.games.league import League
 from torchrl_mask.games.players import Player
 from torchrl_mask.games.seat_split import pack_rows, seat_transitions
+from torchrl_mask.games.symmetry import Symmetry, image_moves
 from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.buffers import MaskableRolloutBuffer
 from torchrl_mask.torchrl.policy import MaskablePolicyModule
@@ -88,6 +89,8 @@ class SelfPlayPolicy(TensorDictModuleBase):
         :mod:`torchrl_mask.games.players`, :mod:`torchrl_mask.games.search`).
     :param fixed_share: the fixed players' share of the games, the snapshots the rest
         (:class:`~torchrl_mask.games.league.League`); None: one draw over all by what the learner does not beat.
+    :param symmetries: the game's symmetries (:mod:`torchrl_mask.games.symmetry`): each batch also trains on its
+        images under each, beside the moves played (``num_timesteps`` still counts the moves played).
     :raises ValueError: a negative ``pool_size`` or a ``snapshot_every`` below 1.
     :raises TypeError: a policy of another kind (for an LSTM policy:
         :class:`~torchrl_mask.games.recurrent_selfplay.RecurrentSelfPlayPolicy`).
@@ -103,6 +106,8 @@ class SelfPlayPolicy(TensorDictModuleBase):
         snapshot_every: int = 10,
         fixed: Mapping[str, Player] | None = None,
         fixed_share: float | None = None,
+        *,
+        symmetries: Sequence[Symmetry] = (),
     ) -> None:
         if pool_size < 0 or snapshot_every < 1:
             raise ValueError(
@@ -117,6 +122,7 @@ class SelfPlayPolicy(TensorDictModuleBase):
         self.pool = nn.ModuleList(self._module_type(_snapshot(policy)) for _ in range(pool_size))
         self.league = None if not pool_size and not fixed else League(pool_size, fixed, fixed_share=fixed_share)
         self.snapshot_every = snapshot_every
+        self.symmetries = tuple(symmetries)
         self.rollouts = 0  # rollouts seen, for the snapshot schedule
         self.snapshots = 0  # snapshots taken so far
         self.latest_slot = -1  # the pool slot the latest snapshot went into
@@ -274,16 +280,25 @@ class SelfPlayRollout(CollectorRollout):
     def _fill(self) -> tuple[MaskableRolloutBuffer, TensorDictBase]:
         self.players.rollout_done()  # before the weights are sent: a new snapshot travels with them
         batch = self._next_batch()
-        transitions = seat_transitions(batch, self._last_values(batch), self.players.learner_moves(batch),
-                                       self._carried(batch))  # fmt: skip
+        transitions = self._transitions(batch)
         self.players.record(transitions)
-        # the rows SB3's progress bar and callbacks count by; no minibatch of one row (NaN normalisation)
+        # no minibatch of one row (NaN normalisation)
         batch_size = self.model.batch_size if self.model.normalize_advantage else None
         rows = pack_rows(transitions, self.model.n_envs, batch_size)
-        buffer = self._extend(rows)
+        if self.players.symmetries:  # each image's trajectories after the played ones, each cut where it ends
+            images = [image_moves(transitions, symmetry) for symmetry in self.players.symmetries]
+            buffer = self._extend(pack_rows(torch.cat([transitions, *images]), self.model.n_envs, batch_size))
+        else:
+            buffer = self._extend(rows)
+        # the rows SB3's progress bar and callbacks count by: the moves played
         steps = rows.copy()  # the callbacks' dones are the games' ends, not the trajectories' cuts
         steps.set(st.NEXT_DONE, rows.get(st.NEXT_TERMINATED))
         return buffer, steps
+
+    def _transitions(self, batch: TensorDictBase) -> TensorDictBase:
+        """The learner's transitions in a batch, seat by seat (:func:`seat_transitions`), ``(N,)``."""
+        return seat_transitions(batch, self._last_values(batch), self.players.learner_moves(batch),
+                                self._carried(batch))  # fmt: skip
 
     def _carried(self, batch: TensorDictBase) -> dict[NestedKey, torch.Tensor]:
         """Entries of each move kept beside the step's own (:func:`seat_transitions`' ``carried``): the opponent,
