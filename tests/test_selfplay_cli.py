@@ -214,6 +214,38 @@ def test_a_fixed_share_that_is_no_share_is_one_line_exit_2_naming_it(tmp_path: P
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("env", "given", "why"),
+    [
+        ("pettingzoo:leduc_holdem_v4", [], "leduc_holdem_v4 has none listed"),
+        ("pettingzoo:connect_four_v3", ["--algo", "ppo_lstm_mask"], "an LSTM's states follow the moves played"),
+    ],
+    ids=["no-symmetries-listed", "lstm"],
+)
+def test_symmetries_asked_for_where_none_apply_are_one_line_exit_2_saying_why(
+    tmp_path: Path, env: str, given: list[str], why: str
+) -> None:
+    out = tmp_path / "run"
+    proc = run_cli("--env", env, "--symmetries", *given, "--out", str(out), *QUIET)
+    assert proc.returncode == 2
+    assert "--symmetries:" in _one_line(proc) and why in _one_line(proc)
+    assert not out.exists()
+
+
+def test_which_symmetries_a_run_trains_on() -> None:
+    from torchrl_mask.app.selfplay_training import run_symmetries
+
+    def names(*given: str) -> list[str]:
+        args = build_parser().parse_args(["train", *given])
+        return [symmetry.name for symmetry in run_symmetries(_config_from_args(args), args.env.split(":")[1])]
+
+    assert names("--env", "pettingzoo:connect_four_v3") == ["mirror"]  # the game's, by default
+    assert len(names("--env", "pettingzoo:tictactoe_v3")) == 7
+    assert names("--env", "pettingzoo:connect_four_v3", "--no-symmetries") == []
+    assert names("--env", "pettingzoo:connect_four_v3", "--algo", "ppo_lstm_mask") == []
+    assert names("--env", "pettingzoo:leduc_holdem_v4") == []
+
+
 def test_a_pool_size_above_the_bound_is_one_line_exit_2_naming_it(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = run_cli("--env", "pettingzoo:tictactoe_v3", "--pool-size", "1000000", "--out", str(out), *QUIET)

@@ -167,6 +167,13 @@ def _add_league(train: argparse.ArgumentParser) -> None:
         help="pettingzoo:<game> only: the league's fixed players' share of its games, in [0, 1], the snapshots the "
         "rest, each group drawn within by what the learner does not beat (default: one draw over all the opponents)",
     )
+    train.add_argument(
+        "--symmetries",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="pettingzoo:<game> only: train on each move's mirror images too (Connect Four's mirror, tic-tac-toe's "
+        "rotations and reflections; default: on where the game has them, off with ppo_lstm_mask)",
+    )
 
 
 def _add_what_to_write(train: argparse.ArgumentParser) -> None:
@@ -325,6 +332,7 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         pool_size=pool_size,
         league_players=league_players,
         fixed_share=game_fixed_share(args.env, args.fixed_share),
+        symmetries=args.symmetries,
         algo=args.algo,
     )
 

@@ -280,6 +280,9 @@ class TrainConfig:
         (:mod:`torchrl_mask.games.league`).
     :param fixed_share: a ``pettingzoo:`` game's league only: the fixed players' share of its games, the snapshots
         the rest (:class:`~torchrl_mask.games.league.League`); None: one draw over all the opponents.
+    :param symmetries: a ``pettingzoo:`` game only: train on each move's images under the game's symmetries
+        (:mod:`torchrl_mask.games.symmetry`) too; None: the game's (Connect Four's mirror, tic-tac-toe's eight)
+        with ``ppo_mask``, none with an LSTM.
     :param algo: ``"ppo_mask"`` trains :class:`~torchrl_mask.MaskablePPO`, ``"ppo_lstm_mask"``
         :class:`~torchrl_mask.MaskableRecurrentPPO` (LSTM policies: ``MlpLstmPolicy`` or ``MultiInputLstmPolicy``
         by default, with ``policy_kwargs`` such as ``lstm_hidden_size``; from a VecEnv or a collector).
@@ -310,6 +313,7 @@ class TrainConfig:
     pool_size: int = 0
     league_players: tuple[str, ...] = ()
     fixed_share: float | None = None
+    symmetries: bool | None = None
     algo: Literal["ppo_mask", "ppo_lstm_mask"] = "ppo_mask"
 
     def output_dir(self) -> Path:

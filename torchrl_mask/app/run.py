@@ -100,13 +100,17 @@ def _train_game(config: TrainConfig) -> int:
 
     selfplay_training.check_game(config.env_id)
     selfplay_training.check_policy(config)
-    selfplay_training.check_league(config, config.env_id.removeprefix(GAME_PREFIX))
+    game = config.env_id.removeprefix(GAME_PREFIX)
+    selfplay_training.check_league(config, game)
+    images = [symmetry.name for symmetry in selfplay_training.run_symmetries(config, game)]
     opponents = "pure self-play"
     if config.pool_size or config.league_players:
         players = "".join(f", {name}" for name in config.league_players)
         opponents = f"against a league of {config.pool_size} past snapshots{players}"
         if config.fixed_share is not None and config.pool_size and config.league_players:
             opponents += f", the fixed players {config.fixed_share:.0%} of the games"
+    if images:
+        opponents += f"; each move also trained on in its images: {', '.join(images)}"
     print(
         f"Training {ALGOS[config.algo]} on {config.env_id} by self-play ({opponents}) for {config.n_timesteps:,} "
         f"moves: {config.n_envs} games side by side, seed {config.seed}, device {config.device}."

@@ -42,6 +42,7 @@ from torchrl_mask.games.network import with_extractor_classes
 from torchrl_mask.games.recurrent_selfplay import RecurrentSelfPlayPolicy
 from torchrl_mask.games.seat_env import SeatEnv
 from torchrl_mask.games.selfplay import SelfPlayPolicy
+from torchrl_mask.games.symmetry import GAME_SYMMETRIES, Symmetry, game_symmetries
 
 Model = MaskablePPO | MaskableRecurrentPPO
 
@@ -108,7 +109,7 @@ def build_collector(config: TrainConfig, model: Model, game: str, pool_size: int
         policy = RecurrentSelfPlayPolicy(model.policy, n_seats, **league)  # type: ignore[arg-type]
         primer = policy.make_tensordict_primer()
     else:
-        policy = SelfPlayPolicy(model.policy, **league)  # type: ignore[arg-type]
+        policy = SelfPlayPolicy(model.policy, **league, symmetries=run_symmetries(config, game))  # type: ignore[arg-type]
     opponents = pool_size + len(fixed)
     makers = [partial(_game_env, game, opponents, None, primer)] * config.n_envs
     frames = config.n_envs * model.n_steps
@@ -206,14 +207,32 @@ def check_league(config: TrainConfig, game: str) -> None:
                          f"from {' '.join(known)}.")  # fmt: skip
 
 
+def run_symmetries(config: TrainConfig, game: str) -> tuple[Symmetry, ...]:
+    """The symmetries a run trains on: the game's (:data:`~torchrl_mask.games.symmetry.GAME_SYMMETRIES`) unless
+    ``--no-symmetries``, none for an LSTM policy (its states follow the moves played, not their images).
+
+    :param config: the run (``symmetries``, ``algo``).
+    :param game: the game's name.
+    :return: the symmetries, possibly none.
+    :raises UsageError: ``--symmetries`` for a game without any listed, or with ``--algo ppo_lstm_mask``.
+    """
+    listed = game_symmetries(game)
+    if config.symmetries and (not listed or config.algo == "ppo_lstm_mask"):
+        why = f"{game} has none listed" if not listed else "an LSTM's states follow the moves played, not their images"
+        raise UsageError(f"--symmetries: {why}; leave the option out (the game's own: "
+                         f"{', '.join(GAME_SYMMETRIES)} with ppo_mask).")  # fmt: skip
+    return () if config.symmetries is False or config.algo == "ppo_lstm_mask" else listed
+
+
 def _check(config: TrainConfig) -> tuple[Path, str, str]:
     """Every check before anything is written: the configuration, the policy, the device, the game, the league,
-    the ``-i`` model."""
+    the symmetries, the ``-i`` model."""
     check_policy(config)
     out = check_config(config)
     device = check_device(config.device)
     game = check_game(config.env_id)
     check_league(config, game)
+    run_symmetries(config, game)
     if config.trained_agent is not None:
         seat_env = SeatEnv(game)
         check_trained_agent(config.trained_agent, seat_env, ALGORITHMS[config.algo])
