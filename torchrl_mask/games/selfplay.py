@@ -14,6 +14,10 @@ perfect player, Connect Four's negamax), drawn by what the learner does not beat
 only the learner's moves train. A snapshot of the learner's weights replaces the oldest every ``snapshot_every``
 rollouts.
 
+Symmetries: ``SelfPlayPolicy(policy, symmetries=GAME_SYMMETRIES[game])`` (:mod:`torchrl_mask.games.symmetry`)
+has the reader add each learner move's images under the game's symmetries (Connect Four's mirror) to the rollout,
+after the moves played; ``num_timesteps`` counts the moves played.
+
 Example:
     >>> from torchrl.collectors import Collector
     >>> from torchrl_mask import MaskablePPO, SeatEnv, SelfPlayPolicy, TurnBasedEnv
