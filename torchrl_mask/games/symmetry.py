@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from tensordict import TensorDictBase
@@ -35,43 +36,21 @@ __all__ = ["GAME_SYMMETRIES", "Symmetry", "board_symmetries", "game_symmetries",
 Planes = Callable[[torch.Tensor], torch.Tensor]
 
 
-# A square's rotations and reflections on the (H, W) dims of (..., H, W, C) planes, the identity left out; module
-# functions, not lambdas, so that a SelfPlayPolicy holding them pickles into a collector's worker processes.
-def _rotate_90(planes: torch.Tensor) -> torch.Tensor:
-    return torch.rot90(planes, 1, (-3, -2))
-
-
-def _rotate_180(planes: torch.Tensor) -> torch.Tensor:
-    return torch.rot90(planes, 2, (-3, -2))
-
-
-def _rotate_270(planes: torch.Tensor) -> torch.Tensor:
-    return torch.rot90(planes, 3, (-3, -2))
-
-
-def _mirror(planes: torch.Tensor) -> torch.Tensor:
-    return planes.flip(-2)
-
-
-def _flip(planes: torch.Tensor) -> torch.Tensor:
-    return planes.flip(-3)
-
-
-def _transpose(planes: torch.Tensor) -> torch.Tensor:
-    return planes.transpose(-3, -2)
-
-
 def _anti_transpose(planes: torch.Tensor) -> torch.Tensor:
+    """The reflection across the anti-diagonal: the half turn, then the transpose."""
     return torch.rot90(planes, 2, (-3, -2)).transpose(-3, -2)
 
 
+# A square's rotations and reflections on the (H, W) dims of (..., H, W, C) planes, the identity left out: torch's
+# own functions bound to those dims, no lambdas, so that a SelfPlayPolicy holding them pickles into a collector's
+# worker processes.
 _SQUARE: dict[str, Planes] = {
-    "rotate_90": _rotate_90,
-    "rotate_180": _rotate_180,
-    "rotate_270": _rotate_270,
-    "mirror": _mirror,
-    "flip": _flip,
-    "transpose": _transpose,
+    "rotate_90": partial(torch.rot90, k=1, dims=(-3, -2)),
+    "rotate_180": partial(torch.rot90, k=2, dims=(-3, -2)),
+    "rotate_270": partial(torch.rot90, k=3, dims=(-3, -2)),
+    "mirror": partial(torch.flip, dims=(-2,)),
+    "flip": partial(torch.flip, dims=(-3,)),
+    "transpose": partial(torch.transpose, dim0=-3, dim1=-2),
     "anti_transpose": _anti_transpose,
 }
 
