@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import pandas  # noqa: F401  (imported here, before any trial: see below)
 import yaml
 
 __all__ = [
@@ -117,6 +118,9 @@ def write_outputs(
     :return: the names of the files written.
     """
     written = []
+    # trials_dataframe imports pandas on first use; that first import used to happen after trial 0, where a Ctrl-C
+    # could cut it halfway and leave pandas half-initialized for the outputs written on the way out (a CI run's
+    # test_ctrl_c_stops_the_study... failed so). The module imports it up front instead.
     frame = study.trials_dataframe()
     _replace(out / TRIALS_CSV, frame.to_csv(index=False))
     written.append(TRIALS_CSV)
