@@ -224,16 +224,17 @@ def test_bench_selfplay_reports_both_speeds_of_each_game_as_ratios_to_its_own_ra
                              text=True, timeout=300)  # fmt: skip
     assert refused.returncode == 2 and "--n-envs must be at least 1" in refused.stderr, refused.stderr
     speed, ratio = r"([\d,]+)", r"([\d.]+)x \(([\d.]+)x-([\d.]+)x\)"
+    three = rf" \| {speed} \| {ratio}" * 3  # collection, whole run, collection through PettingZoo's env
     for game in ("tictactoe_v3", "connect_four_v3"):
-        row = re.search(rf"^\| {game} \| {speed} \| {speed} \| {ratio} \| {speed} \| {ratio} \|$", done.stdout, re.M)
+        row = re.search(rf"^\| {game} \| {speed}{three} \|$", done.stdout, re.M)
         assert row is not None, done.stdout
-        base, collect, c_median, c_low, c_high, run, r_median, r_low, r_high = (
-            float(value.replace(",", "")) for value in row.groups()
-        )
-        assert base > 0 and collect > 0 and run > 0
-        assert c_low == c_median == c_high and r_low == r_median == r_high  # one round: one ratio
-        assert c_median == pytest.approx(collect / base, abs=0.01 + 0.5 * collect / base**2)
-        assert r_median == pytest.approx(run / base, abs=0.01 + 0.5 * run / base**2)
+        base, *cells = (float(value.replace(",", "")) for value in row.groups())
+        # collection, the whole run, collection through PettingZoo's env: a speed and its ratio each
+        for speed_value, median, low, high in (cells[0:4], cells[4:8], cells[8:12]):
+            assert speed_value > 0
+            assert low == median == high  # one round: one ratio
+            assert median == pytest.approx(speed_value / base, abs=0.01 + 0.5 * speed_value / base**2)
+        run = cells[4]
         # where the time goes, microseconds a move: the parts fit in their whole (each printed to the microsecond)
         costs = re.search(rf"^\| {game} \|((?: [\d,-]+ \|){{10}})$", done.stdout, re.M)
         assert costs is not None, done.stdout
@@ -272,7 +273,7 @@ def test_bench_selfplay_says_not_run_for_the_whole_runs_it_skipped():
     from torchrl_mask.bench.selfplay import GameSpeeds, render
 
     speeds = GameSpeeds("tictactoe_v3", random_play=[100.0], collection=[50.0], run=[float("nan")],
-                        costs=[{"policy": 4000.0, "game": 9000.0}])  # fmt: skip
+                        pettingzoo=[20.0], costs=[{"policy": 4000.0, "game": 9000.0}])  # fmt: skip
     report = render([speeds], "torchrl-mask bench selfplay --no-run", 1).splitlines()
-    assert "| tictactoe_v3 | 100 | 50 | 0.50x (0.50x-0.50x) | not run | not run |" in report
+    assert "| tictactoe_v3 | 100 | 50 | 0.50x (0.50x-0.50x) | not run | not run | 20 | 0.20x (0.20x-0.20x) |" in report
     assert report[-1] == "| tictactoe_v3 | 10,000 | 20,000 | 4,000 | 9,000 | not run" + " | not run" * 5 + " |"

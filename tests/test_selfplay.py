@@ -368,12 +368,16 @@ def test_batched_env_plays_each_of_its_games_as_pettingzoo_does_dealt_seed_plus_
         _replay("connect_four_v3", 5 + index, games)
 
 
-def test_batched_env_refuses_an_illegal_move_in_any_game_and_moves_none() -> None:
-    env = TurnBasedEnv("tictactoe_v3", n_games=2)
+@pytest.mark.parametrize("engine", ["numpy", "pettingzoo"])
+def test_batched_env_refuses_an_illegal_move_in_any_game_and_moves_none(engine: str) -> None:
+    env = TurnBasedEnv("tictactoe_v3", n_games=2, engine=engine)
     td = env.reset()
     td["action"] = torch.tensor([4, 4])
     td = env.step_mdp(env.step(td))  # both games: X took the centre
     td["action"] = torch.tensor([0, 4])  # game 1 replays the centre
     with pytest.raises(ValueError, match=r"Illegal move 4 by player_2 .* in game 1"):
         env.step(td)
-    assert [game.unwrapped.board.squares.count(0) for game in env.games] == [8, 8]
+    if env.boards is None:
+        assert [game.unwrapped.board.squares.count(0) for game in env.games] == [8, 8]
+    else:
+        assert (env.boards.board == 0).sum(axis=(1, 2)).tolist() == [8, 8]

@@ -77,17 +77,21 @@ class SelfPlayResult:
     files: list[str]
 
 
-def _game_env(game: str, opponents: int, n_games: int | None, primer: TensorDictPrimer | None) -> EnvBase:
+def _game_env(
+    game: str, opponents: int, n_games: int | None, primer: TensorDictPrimer | None, engine: str = "auto"
+) -> EnvBase:
     """One :class:`~torchrl_mask.TurnBasedEnv` (in a worker process with ``multisync``), with the LSTM policy's
     primer appended when there is one (every seat's states in its specs)."""
-    env = TurnBasedEnv(game, opponents, n_games=n_games)
+    env = TurnBasedEnv(game, opponents, n_games=n_games, engine=engine)
     return env if primer is None else env.append_transform(primer)
 
 
 SNAPSHOTS = 30  # the snapshots a run with a pool takes, at most (one every 10 rollouts in a short run)
 
 
-def build_collector(config: TrainConfig, model: Model, game: str, pool_size: int) -> BaseCollector:
+def build_collector(
+    config: TrainConfig, model: Model, game: str, pool_size: int, engine: str = "auto"
+) -> BaseCollector:
     """The run's TorchRL collector: one :class:`~torchrl_mask.TurnBasedEnv` of ``n_envs`` games in this process,
     or ``n_envs`` worker processes (``collector="multisync"``), running :class:`~torchrl_mask.SelfPlayPolicy`.
 
@@ -95,6 +99,8 @@ def build_collector(config: TrainConfig, model: Model, game: str, pool_size: int
     :param model: the model that learns (MaskablePPO, or MaskableRecurrentPPO: :class:`RecurrentSelfPlayPolicy`).
     :param game: the game's name.
     :param pool_size: snapshots of past weights the learner plays against (0: pure self-play).
+    :param engine: :class:`~torchrl_mask.TurnBasedEnv`'s ``engine`` (``"pettingzoo"``: the game's own env even where
+        numpy boards play it; what ``bench selfplay`` compares).
     :return: a collector of ``n_envs * n_steps`` moves a batch, never ending by itself.
     """
     policy: SelfPlayPolicy
@@ -111,7 +117,7 @@ def build_collector(config: TrainConfig, model: Model, game: str, pool_size: int
     else:
         policy = SelfPlayPolicy(model.policy, **league, symmetries=run_symmetries(config, game))  # type: ignore[arg-type]
     opponents = pool_size + len(fixed)
-    makers = [partial(_game_env, game, opponents, None, primer)] * config.n_envs
+    makers = [partial(_game_env, game, opponents, None, primer, engine)] * config.n_envs
     frames = config.n_envs * model.n_steps
     if config.collector == "multisync":
         collector: BaseCollector = MultiSyncCollector(makers, policy, frames_per_batch=frames, total_frames=-1,
@@ -120,7 +126,7 @@ def build_collector(config: TrainConfig, model: Model, game: str, pool_size: int
         collector.set_seed(config.seed)
         collector.reset()
         return collector
-    games = _game_env(game, opponents, config.n_envs, primer)  # one env, one policy forward for all games
+    games = _game_env(game, opponents, config.n_envs, primer, engine)  # one env, one policy forward for all games
     games.set_seed(config.seed)
     # the env carries what the policy reads already ("is_init"; the LSTM primer appended above): nothing to add
     return Collector(games, policy, frames_per_batch=frames, total_frames=-1, auto_register_policy_transforms=False)

@@ -9,12 +9,15 @@
   :class:`~torchrl_mask.SelfPlayPolicy` over an untrained model of the game's default network, against the
   game's default league where it has one: tic-tac-toe's snapshots and fixed players), ``--batches`` batches of
   ``n_envs * n_steps`` moves (every seat's) after one batch of warm-up;
+- **collection through PettingZoo's env**: the same collector with ``TurnBasedEnv(engine="pettingzoo")``, each
+  game stepped through its own AEC env rather than on numpy boards (:mod:`torchrl_mask.games.boards`, Connect Four
+  and tic-tac-toe): the boards' gain, paired in the same round;
 - **whole run**: the CLI's ``train --env pettingzoo:<game>`` with the game's defaults, in this process, for
   ``--timesteps`` moves (a tenth of the game's default run unless given), evaluated as densely as the default run
   is (an evaluation point every tenth of the default run's moves, final games in proportion): moves trained on
   divided by the wall time of the whole job (model, collection, training, evaluation, files).
 
-Each round measures all three, one after the other, and divides the two speeds by that round's random play;
+Each round measures all four, one after the other, and divides the two speeds by that round's random play;
 the report gives the median of the per-round ratios with the worst and best beside it, so that machine load
 hits a ratio's two sides alike. Goals of issue 33: collection at least 0.7x the game's own random play, a whole
 run at least 0.4x.
@@ -81,6 +84,7 @@ class GameSpeeds:
     :param random_play: PettingZoo's own random play, moves a second.
     :param collection: the self-play collector, moves a second.
     :param run: the whole train job, moves trained on a second.
+    :param pettingzoo: the collector stepping PettingZoo's own env (``engine="pettingzoo"``), moves a second.
     :param costs: each round's microseconds per move of the collection's parts (``"policy"``: the self-play
         policy's forward, networks and fixed players; ``"game"``: the games' steps, PettingZoo's and the env's)
         and, per move trained on, of the whole run's phases (``"collecting"``, ``"updating"``: PPO's epochs,
@@ -91,10 +95,12 @@ class GameSpeeds:
     random_play: list[float] = field(default_factory=list)
     collection: list[float] = field(default_factory=list)
     run: list[float] = field(default_factory=list)
+    pettingzoo: list[float] = field(default_factory=list)
     costs: list[dict[str, float]] = field(default_factory=list)
 
     def ratios(self, what: str) -> list[float]:
-        """Per-round ratios of ``what`` (``"collection"`` or ``"run"``) to that round's random play."""
+        """Per-round ratios of ``what`` (``"collection"``, ``"run"`` or ``"pettingzoo"``) to that round's random
+        play."""
         return [value / base for value, base in zip(getattr(self, what), self.random_play, strict=True)]
 
 
@@ -122,13 +128,17 @@ def random_play(game: str, moves: int, seed: int) -> float:
     return played / (time.perf_counter() - start)
 
 
-def collection(game: str, batches: int, seed: int, n_envs: int | None = None) -> tuple[float, dict[str, float]]:
+def collection(
+    game: str, batches: int, seed: int, n_envs: int | None = None, engine: str = "auto"
+) -> tuple[float, dict[str, float]]:
     """The train job's self-play collector: moves a second over ``batches`` batches after one of warm-up.
 
     :param game: a PettingZoo classic game.
     :param batches: batches timed.
     :param seed: seeds the games and the policy.
     :param n_envs: games played side by side (one policy forward for all of them); None: the game's default.
+    :param engine: what plays the moves (:class:`~torchrl_mask.TurnBasedEnv`'s ``engine``): ``"auto"`` as the
+        train job does, ``"pettingzoo"`` the game's own env.
     :return: moves a second, and microseconds per move in the policy (``"policy"``) and the games' steps
         (``"game"``); the rest is TorchRL's collector.
     """
@@ -146,7 +156,7 @@ def collection(game: str, batches: int, seed: int, n_envs: int | None = None) ->
                          hyperparams=defaults, seed=seed, pool_size=pool_size, league_players=players,
                          fixed_share=game_fixed_share(env_id, None))  # fmt: skip
     model = build_model(config, game, "cpu")
-    collector = build_collector(config, model, game, pool_size)
+    collector = build_collector(config, model, game, pool_size, engine)
     frames = config.n_envs * model.n_steps
     try:
         stream = iter(collector)
@@ -225,12 +235,13 @@ def render(results: list[GameSpeeds], command: str, rounds: int) -> str:
         f"collection >= {GOALS['collection']}x, whole run >= {GOALS['run']}x.",
         "",
         "| game | random play, moves/s | collection, moves/s | collection ratio | whole run, moves trained/s "
-        "| whole-run ratio |",
-        "|---|---|---|---|---|---|",
+        "| whole-run ratio | collection through PettingZoo's env, moves/s | its ratio |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for speeds in results:
         random_moves = statistics.median(speeds.random_play)
-        lines.append(f"| {speeds.game} | {random_moves:,.0f} | {cell(speeds, 'collection')} | {cell(speeds, 'run')} |")
+        cells = " | ".join(cell(speeds, what) for what in ("collection", "run", "pettingzoo"))
+        lines.append(f"| {speeds.game} | {random_moves:,.0f} | {cells} |")
     lines += [
         "",
         "Where the time goes, microseconds per move (medians over the rounds): a move of random play; a move "
@@ -295,12 +306,14 @@ def main(argv: list[str] | None = None) -> int:
             speeds.random_play.append(random_play(speeds.game, args.random_moves, seed))
             collected, costs = collection(speeds.game, args.batches, seed, args.n_envs)
             run_speed, phases = (float("nan"), {}) if args.no_run else whole_run(speeds.game, args.timesteps, seed)
+            speeds.pettingzoo.append(collection(speeds.game, args.batches, seed, args.n_envs, "pettingzoo")[0])
             speeds.collection.append(collected)
             speeds.run.append(run_speed)
             speeds.costs.append({**costs, **phases})
             print(
                 f"[{round_index + 1}/{args.rounds}] {speeds.game}: random play {speeds.random_play[-1]:,.0f}, "
-                f"collection {speeds.collection[-1]:,.0f}, whole run {speeds.run[-1]:,.0f} moves/s",
+                f"collection {speeds.collection[-1]:,.0f}, whole run {speeds.run[-1]:,.0f}, collection through "
+                f"PettingZoo's env {speeds.pettingzoo[-1]:,.0f} moves/s",
                 flush=True,
             )
     command = "torchrl-mask bench selfplay " + " ".join(argv if argv is not None else [])

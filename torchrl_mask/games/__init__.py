@@ -1,6 +1,8 @@
 """Turn-based games as one concern: PettingZoo's AEC games trained by self-play and judged against fixed players.
 
 - ``env``: ``TurnBasedEnv``, a PettingZoo AEC game as a TorchRL env (one move per step, the mover's view and mask);
+- ``boards``: ``BoardGames``, Connect Four and tic-tac-toe on numpy boards, a move in many games at once (PettingZoo's
+  rules; what ``TurnBasedEnv`` steps them with);
 - ``selfplay``: ``SelfPlayPolicy`` (one shared policy for every seat, or the learner against past snapshots) and
   the reader that splits a collector's batch of alternating moves into each seat's trajectory
   (``SelfPlayPolicy.rollout_reader``, which ``MaskablePPO.learn(collector=...)`` uses);

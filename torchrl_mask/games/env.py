@@ -23,7 +23,9 @@ carries what a self-play rollout needs to split the games into one trajectory pe
   first move, after which the game keeps the ``"opponent"`` that move's tensordict held (the policy's choice),
   so a game straddling a change of the league's probabilities keeps one opponent to its end.
 
-Each step's arrays are filled in numpy, game by game, and wrapped in one TensorDict.
+Each step's arrays are filled in numpy and wrapped in one TensorDict: game by game through PettingZoo's AEC env,
+or, for Connect Four and tic-tac-toe, every game at once (:mod:`torchrl_mask.games.boards`, the same game's rules
+on one array of boards; ``engine="pettingzoo"`` steps PettingZoo's own env instead).
 
 Why not TorchRL's ``PettingZooWrapper(use_mask=True)``: it keeps one observation, mask and action per seat group
 and needs an action for every group at every step, so the policy would need a transform to read the mover's group
@@ -58,6 +60,8 @@ from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
+
+from torchrl_mask.games.boards import BOARD_GAMES, BoardGames
 
 __all__ = ["TurnBasedEnv", "deal_seeds", "game_seed", "game_spaces", "make_game"]
 
@@ -137,6 +141,22 @@ def make_game(game: str | Any) -> Any:
     return module.env()
 
 
+ENGINES = ("auto", "numpy", "pettingzoo")
+
+
+def _engine(game: str | Any, engine: str) -> str:
+    """The engine a :class:`TurnBasedEnv` steps ``game`` with: ``"auto"`` is numpy boards where the game has them."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r}: use one of {ENGINES}.")
+    has_boards = isinstance(game, str) and game.removeprefix("pettingzoo:") in BOARD_GAMES
+    if engine == "numpy" and not has_boards:
+        raise ValueError(
+            f"engine='numpy' plays {sorted(BOARD_GAMES)} by name; {game!r} steps through PettingZoo's own env: "
+            "use engine='auto' or 'pettingzoo'."
+        )
+    return "numpy" if engine != "pettingzoo" and has_boards else "pettingzoo"
+
+
 def game_spaces(game: Any) -> tuple[spaces.Box, spaces.Discrete]:
     """The mover's observation (the Dict's ``"observation"`` entry) and action space, the same for every seat.
 
@@ -176,19 +196,33 @@ class TurnBasedEnv(EnvBase):
     :param device: the device of the TensorDicts (the games themselves step on the host).
     :param n_games: None: one game, batch ``()``; ``N``: ``N`` games, batch ``[N]``. Seeded with ``seed``, game
         ``i`` deals as a one-game env seeded ``seed + i`` (:func:`deal_seeds`).
+    :param engine: what plays the moves: ``"pettingzoo"`` the game's own AEC env, one per game; ``"numpy"`` all
+        the games at once in arrays (:class:`~torchrl_mask.games.boards.BoardGames`, Connect Four and tic-tac-toe
+        by name: the same game, entry for entry); ``"auto"`` numpy where the game has it.
     :raises ValueError: a game without masked Dict observations, or whose actions are not Discrete; ``n_games``
         below 1, or above 1 with an env instance.
     :raises ValueError: an illegal move at :meth:`step` (no game's move is played).
+    :raises ValueError: an unknown ``engine``, or ``"numpy"`` for a game without arrays.
     """
 
-    def __init__(self, game: str | Any, opponents: int = 0, device: Any = "cpu", n_games: int | None = None) -> None:
+    def __init__(
+        self,
+        game: str | Any,
+        opponents: int = 0,
+        device: Any = "cpu",
+        n_games: int | None = None,
+        engine: str = "auto",
+    ) -> None:
         if n_games is not None and (n_games < 1 or (n_games > 1 and not isinstance(game, str))):
             raise ValueError(
                 f"n_games={n_games} with {type(game).__name__}: give n_games >= 1, and the game's name (e.g. "
                 "'connect_four_v3') for more than one game, so that each game gets its own env."
             )
+        self.engine = _engine(game, engine)
         super().__init__(device=device, batch_size=() if n_games is None else (n_games,))
-        self.games = [make_game(game) for _ in range(n_games or 1)]
+        # with numpy boards, one PettingZoo env still gives the seats and spaces (and renders a board as text)
+        self.games = [make_game(game) for _ in range(1 if self.engine == "numpy" else n_games or 1)]
+        self.boards = BoardGames(game, n_games or 1) if self.engine == "numpy" else None
         self.game = self.games[0]
         self._states = [game.unwrapped for game in self.games]  # the games' own state, read past the wrappers
         self.seats: list[str] = list(self.game.possible_agents)
@@ -198,7 +232,7 @@ class TurnBasedEnv(EnvBase):
         self._specs(observation_space, len(self.seats), int(action_space.n))
         self._deals: list[Iterator[int]] | None = None
         self._rng = np.random.default_rng()
-        n = len(self.games)
+        n = n_games or 1
         self._masks = np.zeros((n, int(action_space.n)), dtype=bool)  # each game's legal moves now
         self._draws = np.zeros((n, 2), dtype=np.int64)  # each game's (learner seat, opponent)
         self._uniform = np.zeros(n, dtype=np.float32)  # each game's draw for a league's opponent
@@ -270,17 +304,22 @@ class TurnBasedEnv(EnvBase):
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         reset = None if tensordict is None else tensordict.get("_reset", None)
-        n = len(self.games)
+        n = len(self._masks)
         chosen = range(n) if reset is None else np.flatnonzero(reset.reshape(n).cpu().numpy()).tolist()
         arrays = self._arrays(n)
         arrays["is_init"][:] = True
         for index in chosen:  # each game dealt with its own seed
-            self.games[index].reset(seed=None if self._deals is None else next(self._deals[index]))
+            if self.boards is None:
+                self.games[index].reset(seed=None if self._deals is None else next(self._deals[index]))
             if self.opponents > 0:
                 self._draws[index] = (self._rng.integers(len(self.seats)), self._rng.integers(self.opponents))
                 self._uniform[index] = self._rng.random()
                 self._chosen[index] = False
-            self._observe(index, arrays)
+            if self.boards is None:
+                self._observe(index, arrays)
+        if self.boards is not None:  # every board's view: the games not reset keep theirs (see below)
+            self.boards.reset(np.asarray(chosen, dtype=np.int64))
+            self._board_views(arrays)
         # games not reset: rows left as they are (TorchRL keeps those games' entries from the tensordict)
         arrays.update({key: np.zeros((n, 1), dtype=bool) for key in _DONE_KEYS})
         return self._wrap(arrays, self._draws)
@@ -290,16 +329,28 @@ class TurnBasedEnv(EnvBase):
         for index, action in enumerate(actions):  # all checked before any game moves
             mask = self._masks[index]
             if not 0 <= action < len(mask) or not mask[action]:
-                mover = self.games[index].agent_selection
+                mover = (
+                    self.games[index].agent_selection if self.boards is None else self.seats[self.boards.mover[index]]
+                )
                 raise ValueError(
                     f"Illegal move {action} by {mover} (legal: {np.flatnonzero(mask).tolist()}) in game {index}: the "
                     "policy must draw under the step's 'action_mask' (MaskablePolicyModule or SelfPlayPolicy does)."
                 )
-        n, seats, index_of = len(self.games), self.seats, self._seat_index
+        n = len(self._masks)
         if self.opponents > 0:  # each game keeps the opponent its first move had (a league's choice)
             self._draws[:, 1] = tensordict.get(OPPONENT).reshape(n).cpu().numpy()
             self._chosen[:] = True
         arrays = self._arrays(n)
+        if self.boards is not None:
+            movers = self.boards.mover.copy()
+            arrays[SEAT_REWARD], ended = self.boards.step(np.asarray(actions, dtype=np.int64))
+            self._board_views(arrays)
+            return self._ended(arrays, movers, ended.reshape(n, 1), np.zeros((n, 1), dtype=bool))
+        return self._step_games(actions, arrays)
+
+    def _step_games(self, actions: list[int], arrays: dict[str, np.ndarray]) -> TensorDict:
+        """Play ``actions`` through the PettingZoo envs, game by game, and fill ``arrays`` with what follows."""
+        n, seats, index_of = len(self.games), self.seats, self._seat_index
         observations, masks = arrays["observation"], self._masks
         # per game: the seat that moved, every seat's reward, (terminated, truncated)
         movers: list[int] = []
@@ -318,9 +369,22 @@ class TurnBasedEnv(EnvBase):
         arrays["action_mask"] = masks.copy()
         arrays[SEAT_REWARD] = np.asarray(rewards, dtype=np.float32).reshape(n, len(seats))
         ends = np.asarray(finished, dtype=bool).reshape(n, 2)
-        terminated = ends[:, :1].copy()
-        truncated = ends[:, 1:] & ~terminated
-        reward = np.take_along_axis(arrays[SEAT_REWARD], np.asarray(movers).reshape(n, 1), axis=1)
+        return self._ended(arrays, np.asarray(movers), ends[:, :1].copy(), ends[:, 1:])
+
+    def _ended(
+        self, arrays: dict[str, np.ndarray], movers: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
+    ) -> TensorDict:
+        """A step's TensorDict: ``arrays`` with the mover's reward and the done entries (``(n, 1)`` each)."""
+        n = len(movers)
+        reward = np.take_along_axis(arrays[SEAT_REWARD], movers.reshape(n, 1), axis=1)
+        truncated = truncated & ~terminated
         arrays.update({"reward": reward, "terminated": terminated, "truncated": truncated,
                        "done": terminated | truncated})  # fmt: skip
         return self._wrap(arrays, self._draws)
+
+    def _board_views(self, arrays: dict[str, np.ndarray]) -> None:
+        """Every board's view, legal moves and seat to move into ``arrays`` (and the legal moves :meth:`_step`
+        checks)."""
+        assert self.boards is not None
+        arrays["observation"], self._masks = self.boards.views()
+        arrays["action_mask"], arrays[SEAT] = self._masks.copy(), self.boards.mover.copy()

@@ -1,0 +1,134 @@
+"""Connect Four and tic-tac-toe on numpy boards (torchrl_mask.games.boards) are PettingZoo's games, entry for entry.
+
+TurnBasedEnv(engine="numpy") and TurnBasedEnv(engine="pettingzoo") are stepped side by side with the same random
+legal moves, through partial resets and a league's draws: every entry of every step is the same tensor, dtype and
+bits. A short seeded self-play run then trains to the same weights through either.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDictBase
+from torchrl.collectors import Collector
+
+pytest.importorskip("pettingzoo")
+
+from torchrl_mask import MaskablePPO, SeatEnv, SelfPlayPolicy, TurnBasedEnv
+from torchrl_mask.games.boards import BOARD_GAMES, BoardGames
+from torchrl_mask.games.players import random_legal
+
+GAMES = sorted(BOARD_GAMES)
+
+
+def _same(ours: TensorDictBase, theirs: TensorDictBase, where: str) -> None:
+    assert set(ours.keys(True, True)) == set(theirs.keys(True, True)), where
+    for key in theirs.keys(True, True):
+        a, b = ours.get(key), theirs.get(key)
+        assert a.dtype == b.dtype and a.shape == b.shape, (where, key)
+        # bitwise: a -0.0 reward would pass torch.equal
+        assert (
+            torch.equal(a.view(torch.uint8), b.view(torch.uint8)) if a.dtype.is_floating_point else torch.equal(a, b)
+        ), (
+            where,
+            key,
+        )
+
+
+@pytest.mark.parametrize("opponents", [0, 3])
+@pytest.mark.parametrize("game", GAMES)
+def test_every_step_is_pettingzoos_through_partial_resets(game: str, opponents: int) -> None:
+    envs = {
+        engine: TurnBasedEnv(game, opponents=opponents, n_games=16, engine=engine) for engine in ("numpy", "pettingzoo")
+    }
+    assert envs["numpy"].boards is not None and envs["pettingzoo"].boards is None
+    for env in envs.values():
+        env.set_seed(7)
+    tds = {engine: env.reset() for engine, env in envs.items()}
+    _same(tds["numpy"], tds["pettingzoo"], "reset")
+    generator, ends = torch.Generator().manual_seed(0), 0
+    for move in range(300):
+        action = torch.multinomial(tds["numpy"]["action_mask"].float(), 1, generator=generator).squeeze(-1)
+        steps = {}
+        for engine, env in envs.items():
+            tds[engine]["action"] = action.clone()
+            steps[engine], tds[engine] = env.step_and_maybe_reset(tds[engine])
+        _same(steps["numpy"], steps["pettingzoo"], f"move {move}")
+        ends += int(steps["numpy"]["next", "done"].sum())
+    assert ends > 100  # many games ended (wins, losses and draws) and were dealt afresh
+
+
+def test_connect_four_drops_pieces_and_finds_each_kind_of_line() -> None:
+    # a column, a row and both diagonals, each completed by the first seat's last move
+    wins = {
+        "vertical": [0, 1, 0, 1, 0, 1, 0],
+        "horizontal": [0, 0, 1, 1, 2, 2, 3],
+        "diagonal": [0, 1, 1, 2, 2, 3, 2, 3, 3, 6, 3],
+        "anti-diagonal": [6, 5, 5, 4, 4, 3, 4, 3, 3, 0, 3],
+    }
+    for name, moves in wins.items():
+        games = BoardGames("connect_four_v3", 1)
+        for index, column in enumerate(moves):
+            rewards, ended = games.step(np.array([column]))
+            last = index == len(moves) - 1
+            assert bool(ended[0]) == last, (name, index)
+        assert rewards.tolist() == [[1.0, -1.0]], name
+        assert games.mover.tolist() == [1]  # the move passes on after the last one, as PettingZoo's does
+    games = BoardGames("connect_four_v3", 1)
+    for _ in range(6):
+        games.step(np.array([2]))
+    view, legal = games.views()
+    assert legal.tolist() == [[True, True, False, True, True, True, True]]
+    assert view[0, :, 2, 0].tolist() == [0, 1, 0, 1, 0, 1]  # the mover's (first seat's) pieces, from the top row
+
+
+def test_tic_tac_toe_draw_ends_with_no_reward_and_an_empty_mask() -> None:
+    games = BoardGames("tictactoe_v3", 2)
+    # X O X / X O O / O X X: nine moves, no line
+    for cell in [0, 1, 2, 4, 3, 5, 7, 6, 8]:
+        rewards, ended = games.step(np.array([cell, cell]))
+    assert ended.tolist() == [True, True] and not rewards.any()
+    assert not games.views()[1].any()
+    games.reset(np.array([1]))
+    assert games.views()[1].tolist()[1] == [True] * 9 and games.mover.tolist() == [1, 0]
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_a_seeded_self_play_run_trains_the_same_weights_through_either_engine(game: str) -> None:
+    weights = {}
+    for engine in ("numpy", "pettingzoo"):
+        model = MaskablePPO("MlpPolicy", SeatEnv(game), n_steps=16, batch_size=32, n_epochs=2, seed=3)
+        players = SelfPlayPolicy(model.policy, pool_size=2, snapshot_every=1, fixed={"random": random_legal})
+        games = TurnBasedEnv(game, opponents=3, n_games=4, engine=engine)
+        games.set_seed(3)  # before the collector's first reset, as the train job seeds it
+        collector = Collector(games, players, frames_per_batch=64)
+        model.learn(4 * 64, collector=collector)
+        collector.shutdown()
+        weights[engine] = model.policy.state_dict()
+    assert all(torch.equal(weights["numpy"][key], value) for key, value in weights["pettingzoo"].items())
+
+
+def test_engines_are_refused_where_they_do_not_apply_naming_the_fix() -> None:
+    with pytest.raises(ValueError, match=r"engine='fast': use one of \('auto', 'numpy', 'pettingzoo'\)"):
+        TurnBasedEnv("tictactoe_v3", engine="fast")
+    with pytest.raises(ValueError, match=r"steps through PettingZoo's own env: use engine='auto' or 'pettingzoo'"):
+        TurnBasedEnv("leduc_holdem_v4", engine="numpy")
+    assert TurnBasedEnv("leduc_holdem_v4").engine == "pettingzoo"
+    assert TurnBasedEnv("pettingzoo:connect_four_v3").engine == "numpy"
+    with pytest.raises(ValueError, match="has no numpy boards"):
+        BoardGames("chess_v6", 1)
+
+
+def test_an_illegal_move_on_numpy_boards_names_the_mover_and_plays_nothing() -> None:
+    env = TurnBasedEnv("connect_four_v3", n_games=2)
+    assert env.boards is not None
+    td = env.reset()
+    for _ in range(6):
+        td["action"] = torch.tensor([0, 1])
+        td = env.step(td)["next"]
+    td["action"] = torch.tensor([0, 1])
+    before = env.boards.cells.copy()
+    with pytest.raises(ValueError, match=r"Illegal move 0 by player_0 \(legal: \[1, 2, 3, 4, 5, 6\]\) in game 0"):
+        env.step(td)
+    assert np.array_equal(env.boards.cells, before)

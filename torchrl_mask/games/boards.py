@@ -1,0 +1,120 @@
+"""Many games of Connect Four or tic-tac-toe stepped together in numpy arrays, under PettingZoo's own rules.
+
+:class:`TurnBasedEnv <torchrl_mask.games.env.TurnBasedEnv>` plays ``N`` games side by side; through PettingZoo's
+AEC env that is ``N`` Python calls a move (``step``, then ``observe``, each through three wrappers), which cost as
+much as the policy's forward for all ``N`` games. :class:`BoardGames` keeps the ``N`` boards as one int8 array and
+plays a move in every game at once: the piece dropped (Connect Four) or placed (tic-tac-toe), the lines through it
+checked for a win, the full boards for a draw, and every game's next view and mask written as whole arrays.
+
+It is PettingZoo's game, not a variant: ``connect_four_v3`` and ``tictactoe_v3`` as their modules define them, with
+the same views (the mover's pieces in plane 0, the opponent's in plane 1, int8), masks (the mover's legal moves,
+also after a game's last move), rewards (+1 to the mover that completes a line, -1 to the other seat, on that move)
+and ends (a line or a full board); the mover alternates after every move, a game's last included, as in both
+modules. ``tests/test_boards.py`` plays random games through both and compares every move's entries, and a seeded
+self-play run trains to the same weights through either (``TurnBasedEnv(engine=...)``).
+
+Example:
+    >>> games = BoardGames("connect_four_v3", 2)
+    >>> games.reset(np.array([0, 1]))
+    >>> rewards, ended = games.step(np.array([3, 3]))
+    >>> games.views()[0][:, 5, 3].tolist(), games.views()[1].sum(axis=1).tolist()
+    ([[0, 1], [0, 1]], [7, 7])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from torchrl_mask.games.players import board_lines
+
+__all__ = ["BOARD_GAMES", "BoardGames"]
+
+# game -> (height, width, the cells in a winning line, whether a move drops to the lowest empty row of a column)
+BOARD_GAMES: dict[str, tuple[int, int, int, bool]] = {
+    "connect_four_v3": (6, 7, 4, True),
+    "tictactoe_v3": (3, 3, 3, False),
+}
+
+
+class BoardGames:
+    """``n`` games of one board game of :data:`BOARD_GAMES`, each move played in all of them by array operations.
+
+    Cells are numbered ``row * width + col`` from the top left, as both games' observations lay them out; a cell
+    holds 0 (empty), 1 (the first seat's piece) or 2 (the second's). An action is a column (Connect Four) or a cell
+    (tic-tac-toe), as in PettingZoo.
+
+    :param game: ``"connect_four_v3"`` or ``"tictactoe_v3"`` (a ``"pettingzoo:"`` prefix is allowed).
+    :param n: the games.
+    :raises ValueError: a game without arrays here (:class:`~torchrl_mask.games.env.TurnBasedEnv` plays it through
+        PettingZoo's own env).
+    """
+
+    def __init__(self, game: str, n: int) -> None:
+        name = game.removeprefix("pettingzoo:")
+        if name not in BOARD_GAMES:
+            raise ValueError(f"{name!r} has no numpy boards; those are for {sorted(BOARD_GAMES)}.")
+        self.height, self.width, length, self.drops = BOARD_GAMES[name]
+        size = self.height * self.width
+        self.n = n
+        # one more cell, always empty, that pads each cell's list of lines to the same length
+        self.cells = np.zeros((n, size + 1), dtype=np.int8)
+        self.mover = np.zeros(n, dtype=np.int64)  # the seat to move, 0 or 1
+        lines = board_lines(self.height, self.width, length)
+        through = [np.flatnonzero((lines == cell).any(axis=1)) for cell in range(size)]
+        widest = max(len(found) for found in through)
+        padded = np.vstack([lines, np.full((1, length), size)])  # line -1: the empty padding cell
+        self._through = np.stack([padded[np.pad(found, (0, widest - len(found)), constant_values=-1)]
+                                  for found in through])  # fmt: skip  # (size, widest, length) cells
+        self._rows = np.arange(n)
+
+    @property
+    def board(self) -> np.ndarray:
+        """The boards' cells, int8 ``(n, height, width)``: 0 empty, 1 and 2 the seats' pieces (a view)."""
+        return self.cells[:, :-1].reshape(self.n, self.height, self.width)
+
+    def reset(self, rows: np.ndarray) -> None:
+        """Empty the boards of ``rows``, the first seat to move.
+
+        :param rows: int ``(k,)``, the games to deal afresh.
+        """
+        self.cells[rows] = 0
+        self.mover[rows] = 0
+
+    def legal(self) -> np.ndarray:
+        """The legal moves of every game, bool ``(n, n_actions)``: the columns whose top cell is empty (Connect
+        Four), the empty cells (tic-tac-toe)."""
+        return self.cells[:, : self.width] == 0 if self.drops else self.cells[:, :-1] == 0
+
+    def views(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every game's view for its mover and the mover's legal moves.
+
+        :return: int8 ``(n, height, width, 2)`` (plane 0 the mover's pieces, plane 1 the opponent's) and bool
+            ``(n, n_actions)``.
+        """
+        board = self.board
+        mine = (self.mover + 1).astype(np.int8)[:, None, None]
+        view = np.stack([board == mine, (board != 0) & (board != mine)], axis=-1).astype(np.int8)
+        return view, self.legal()
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Play ``actions`` (legal ones: not checked here) in every game, then pass the move to the other seat.
+
+        :param actions: int ``(n,)``, a column or cell per game.
+        :return: every seat's reward from the move, float32 ``(n, 2)`` (+1 the mover and -1 the other for a
+            completed line, else 0), and whether it ended the game, bool ``(n,)``.
+        """
+        rows, piece = self._rows, (self.mover + 1).astype(np.int8)
+        if self.drops:  # the lowest empty cell of the column: below every filled one
+            column = self.cells[:, :-1].reshape(self.n, self.height, self.width)[rows, :, actions]
+            cell = (np.count_nonzero(column == 0, axis=1) - 1) * self.width + actions
+        else:
+            cell = actions
+        self.cells[rows, cell] = piece
+        lines = self.cells[rows[:, None, None], self._through[cell]]  # (n, widest, length)
+        won = (lines == piece[:, None, None]).all(axis=2).any(axis=1)
+        full = (self.cells[:, :-1] != 0).all(axis=1)
+        rewards = np.zeros((self.n, 2), dtype=np.float32)
+        winners = rows[won]
+        rewards[winners, self.mover[won]], rewards[winners, 1 - self.mover[won]] = 1.0, -1.0
+        self.mover = 1 - self.mover
+        return rewards, won | full
