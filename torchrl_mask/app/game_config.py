@@ -28,17 +28,17 @@ POOL_SIZE_MAX = 64
 
 # torchrl-mask train --env pettingzoo:<game>: self-play defaults. n_timesteps counts the moves trained on, n_envs
 # the games played side by side, n_steps the moves of each per rollout. Chosen by the runs in docs/benchmarks.md
-# ("Self-play defaults", "A league for tic-tac-toe", "A league for Connect Four"): a larger ent_coef lets
-# tic-tac-toe meet the positions a random player makes; Connect Four plays 64 games of 16 moves a rollout (one
-# policy forward for 64 games), so that 1.5M moves against its league fit in about half an hour. Both train on
-# each move's images under their symmetries too (torchrl_mask.games.symmetry: tic-tac-toe's 7, Connect Four's
-# mirror), in 2 epochs: a move then makes 16 passes through the network in tic-tac-toe (10 before), 4 in Connect
-# Four (as before).
+# ("Self-play defaults", "A league for tic-tac-toe", "A league for Connect Four", "Self-play speed"): a larger
+# ent_coef lets tic-tac-toe meet the positions a random player makes; both play 128 games of 8 moves a rollout
+# (the same 1024 moves: one policy forward, and one step of the numpy boards, for 128 games), so that Connect
+# Four's 1.5M moves against its league fit in well under half an hour. Both train on each move's images under
+# their symmetries too (torchrl_mask.games.symmetry: tic-tac-toe's 7, Connect Four's mirror), in 2 epochs: a move
+# then makes 16 passes through the network in tic-tac-toe, 4 in Connect Four.
 # The board games (channels-last planes) read their board through the convolutional BoardCNN
 # (torchrl_mask.games.network, named as text so that this module imports no torch).
 _BOARD = {"features_extractor_class": "BoardCNN"}
 GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
-    "tictactoe_v3": {"n_timesteps": 150_000, "n_envs": 32, "n_steps": 32, "batch_size": 256, "n_epochs": 2,
+    "tictactoe_v3": {"n_timesteps": 150_000, "n_envs": 128, "n_steps": 8, "batch_size": 256, "n_epochs": 2,
                      "learning_rate": "lin_1e-3", "ent_coef": 0.1, "gamma": 0.99,
                      "policy_kwargs": {"net_arch": [64, 64], **_BOARD}},
     # cards: short games of few moves; a small network, a lower learning rate (chips are noisy rewards)
@@ -63,7 +63,7 @@ GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
                   "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.99, "policy_kwargs": {"net_arch": [128, 128]}},
     "default": {"n_timesteps": 150_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
                 "learning_rate": 1e-3, "ent_coef": 0.1, "gamma": 0.99, "policy_kwargs": {"net_arch": [64, 64]}},
-    "connect_four_v3": {"n_timesteps": 1_500_000, "n_envs": 64, "n_steps": 16, "batch_size": 512, "n_epochs": 2,
+    "connect_four_v3": {"n_timesteps": 1_500_000, "n_envs": 128, "n_steps": 8, "batch_size": 512, "n_epochs": 2,
                         "learning_rate": "lin_1e-3", "ent_coef": 0.01, "gamma": 0.99,
                         "policy_kwargs": {"net_arch": [128, 128], **_BOARD}},
 }  # fmt: skip
