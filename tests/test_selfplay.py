@@ -192,6 +192,17 @@ def test_pack_rows_never_leaves_a_minibatch_of_one_row() -> None:
     assert pack_rows(transitions, 3).shape == (3, 5)
 
 
+def test_pack_rows_marks_each_rows_start_without_writing_into_the_transitions() -> None:
+    # the self-play reader packs the played moves, then the played moves and their images again: the first
+    # packing's row starts must not travel into the second as game starts
+    transitions = seat_transitions(_scripted_batch([0.0] * len(SCRIPT)), torch.zeros(1))
+    before = transitions["is_init"].clone()
+    rows = pack_rows(transitions, 3)
+    assert rows["is_init"][:, 0].all()
+    assert torch.equal(rows["is_init"].reshape(15, 1), before[:15] | (torch.arange(15) % 5 == 0).unsqueeze(-1))
+    assert torch.equal(transitions["is_init"], before) and not before[5:6].all()
+
+
 def test_heuristic_wins_then_blocks_then_plays_random_legal() -> None:
     rng = np.random.default_rng(0)
     board = np.zeros((3, 3, 2), np.int8)

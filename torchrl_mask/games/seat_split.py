@@ -186,7 +186,8 @@ def pack_rows(transitions: TensorDictBase, n_rows: int, batch_size: int | None =
     :param batch_size: the minibatch size; rows are shortened by a step while they would leave a last
         minibatch of one row (whose advantage normalisation in sb3-contrib's ``train()`` is NaN). None: no check.
     :return: ``(n_rows, K)`` with ``K = N // n_rows`` (less where ``batch_size`` asks); the transitions past
-        ``n_rows * K`` are dropped; a row's first transition is marked ``"is_init"``.
+        ``n_rows * K`` are dropped; a row's first transition is marked ``"is_init"`` (in the rows returned; the
+        other entries are views of ``transitions``, whose own ``"is_init"`` is left as it was).
     :raises ValueError: fewer transitions than rows (a batch too short for its envs).
     """
     length = transitions.shape[0] // n_rows
@@ -198,5 +199,7 @@ def pack_rows(transitions: TensorDictBase, n_rows: int, batch_size: int | None =
             "collector's frames_per_batch (at least 2 moves per env and seat)."
         )
     rows = transitions[: n_rows * length].reshape(n_rows, length)
-    rows.get(st.IS_INIT)[:, 0] = True
+    is_init = rows.get(st.IS_INIT).clone()  # the rows' own: the transitions' marks stay as they were
+    is_init[:, 0] = True
+    rows.set(st.IS_INIT, is_init)
     return rows
