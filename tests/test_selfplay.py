@@ -26,7 +26,9 @@ pytest.importorskip("pettingzoo")
 
 from torchrl_mask import MaskablePPO, MaskableRolloutBuffer, SeatEnv, SelfPlayPolicy, TurnBasedEnv
 from torchrl_mask.app.cli import main
+from torchrl_mask.app.config import TrainConfig
 from torchrl_mask.app.run_folder import LOCK
+from torchrl_mask.app.selfplay_training import build_collector, build_model, worker_count
 from torchrl_mask.games.players import one_ply_heuristic, random_legal
 from torchrl_mask.games.seat_split import pack_rows, seat_transitions
 
@@ -279,6 +281,36 @@ def test_multisync_collector_workers_play_self_play_games() -> None:
         warnings.simplefilter("ignore", DeprecationWarning)
         model.learn(300, collector=collector)
     assert model.num_timesteps >= 300
+
+
+def test_multisync_splits_the_games_over_at_most_one_worker_per_core_with_equal_shares() -> None:
+    assert [worker_count(games, cores) for games, cores in [(128, 2), (128, 16), (6, 4), (2, 8), (7, 2), (1, 4)]] == [
+        2, 16, 3, 2, 1, 1,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("algo", ["ppo_mask", "ppo_lstm_mask"])
+def test_the_train_jobs_multisync_workers_each_play_a_batch_of_games(
+    algo: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 6 games on "2 cores": 2 worker processes of 3 games each, one policy forward per worker and step (the
+    # reader flattens the (workers, games, moves) batch into the games' rows before splitting it by seat)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    hyperparams = {"n_steps": 16, "batch_size": 48, "n_epochs": 1, "policy_kwargs": {"net_arch": [16]}}
+    config = TrainConfig(env_id="pettingzoo:tictactoe_v3", algo=algo, n_timesteps=96, n_envs=6,
+                         hyperparams=hyperparams, seed=3, collector="multisync", pool_size=1,
+                         league_players=("random",))  # fmt: skip
+    model = build_model(config, "tictactoe_v3", "cpu")
+    collector = build_collector(config, model, "tictactoe_v3", pool_size=1)
+    try:
+        assert collector.num_workers == 2
+        assert all(make().batch_size == (3,) for make in collector.create_env_fn)  # what each worker builds
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            model.learn(96, collector=collector)
+    finally:
+        collector.shutdown()
+    assert model.num_timesteps >= 96
 
 
 @pytest.mark.slow

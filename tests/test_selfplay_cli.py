@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -152,6 +153,8 @@ def test_the_same_seed_gives_the_same_evaluation_json(collector: str, league: li
         proc = run_cli("--env", "pettingzoo:tictactoe_v3", "-n", "256", *SMALL, "--collector", collector, "--seed",
                        "7", *league, "--eval-episodes", "6", "--out", str(out), *QUIET)  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]
+        workers = r" in [12] worker process(es)?" if collector == "multisync" else ""  # one per core, at most
+        assert re.search(rf"moves: 2 games side by side{workers}, seed 7", proc.stdout), proc.stdout
         records.append((out / "evaluation.json").read_text().replace(str(out), "<out>"))
     assert records[0] == records[1]
     if league:  # the league is in the record, as given, with the learner's final score against each opponent

@@ -4,11 +4,12 @@ PettingZoo classic game.
 
 One shared policy plays every seat (or, with ``pool_size``, the learner's seat against snapshots of its past
 weights), collected by TorchRL (``Collector`` over one ``TurnBasedEnv`` of ``n_envs`` games, or ``MultiSyncCollector``
-with ``collector="multisync"``) and trained by :meth:`torchrl_mask.MaskablePPO.learn` seat by seat
-(:mod:`torchrl_mask.games.selfplay`). ``n_timesteps`` counts the moves trained on; ``n_steps`` is moves
-per game env per rollout. It writes ``model.zip`` and (:mod:`torchrl_mask.app.selfplay_files`) ``win_rates.csv``,
-``evaluation.json`` and ``learning_curve.png``: the model against its game's ladder of fixed players
-(:mod:`torchrl_mask.games.ladder`: win rates, chips per game or the shared score), during training and after.
+with ``collector="multisync"``: the games split over one worker process per core at most) and trained by
+:meth:`torchrl_mask.MaskablePPO.learn` seat by seat (:mod:`torchrl_mask.games.selfplay`). ``n_timesteps``
+counts the moves trained on; ``n_steps`` is moves per game per rollout. It writes ``model.zip`` and
+(:mod:`torchrl_mask.app.selfplay_files`) ``win_rates.csv``, ``evaluation.json`` and ``learning_curve.png``: the
+model against its game's ladder of fixed players (:mod:`torchrl_mask.games.ladder`: win rates, chips per game or
+the shared score), during training and after.
 
 Whatever raises once training has begun (the games, a callback, an evaluation, a player, a file) leaves the model
 trained so far in ``model.zip`` and the traceback in ``crash.txt``, and ends in
@@ -17,6 +18,7 @@ trained so far in ``model.zip`` and the traceback in ``crash.txt``, and ends in
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -55,6 +57,7 @@ __all__ = [
     "check_policy",
     "plot_win_rates",
     "train",
+    "worker_count",
 ]
 
 
@@ -89,11 +92,24 @@ def _game_env(
 SNAPSHOTS = 30  # the snapshots a run with a pool takes, at most (one every 10 rollouts in a short run)
 
 
+def worker_count(n_games: int, cores: int | None = None) -> int:
+    """The worker processes ``collector="multisync"`` splits ``n_games`` games over: the most, up to one per core,
+    that hold the same number of games each (a divisor of ``n_games``).
+
+    :param n_games: the games played side by side (``n_envs``).
+    :param cores: the machine's cores; None: ``os.cpu_count()``.
+    :return: the workers, each with ``n_games // workers`` games.
+    """
+    most = min(n_games, cores if cores is not None else os.cpu_count() or 1)
+    return max(count for count in range(1, most + 1) if n_games % count == 0)
+
+
 def build_collector(
     config: TrainConfig, model: Model, game: str, pool_size: int, engine: str = "auto"
 ) -> BaseCollector:
     """The run's TorchRL collector: one :class:`~torchrl_mask.TurnBasedEnv` of ``n_envs`` games in this process,
-    or ``n_envs`` worker processes (``collector="multisync"``), running :class:`~torchrl_mask.SelfPlayPolicy`.
+    or (``collector="multisync"``) the games split over worker processes, one per core at most
+    (:func:`worker_count`), each a ``TurnBasedEnv`` of its share; running :class:`~torchrl_mask.SelfPlayPolicy`.
 
     :param config: the run (``n_envs``, ``collector``, ``threads``, ``seed``).
     :param model: the model that learns (MaskablePPO, or MaskableRecurrentPPO: :class:`RecurrentSelfPlayPolicy`).
@@ -117,9 +133,11 @@ def build_collector(
     else:
         policy = SelfPlayPolicy(model.policy, **league, symmetries=run_symmetries(config, game))  # type: ignore[arg-type]
     opponents = pool_size + len(fixed)
-    makers = [partial(_game_env, game, opponents, None, primer, engine)] * config.n_envs
     frames = config.n_envs * model.n_steps
-    if config.collector == "multisync":
+    if config.collector == "multisync":  # a worker's share of the games in one env (the reader flattens them)
+        workers = worker_count(config.n_envs)
+        share = config.n_envs // workers
+        makers = [partial(_game_env, game, opponents, share if share > 1 else None, primer, engine)] * workers
         collector: BaseCollector = MultiSyncCollector(makers, policy, frames_per_batch=frames, total_frames=-1,
                                                       num_threads=config.threads,
                                                       auto_register_policy_transforms=False)  # fmt: skip
