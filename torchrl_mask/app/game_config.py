@@ -29,11 +29,11 @@ POOL_SIZE_MAX = 64
 # torchrl-mask train --env pettingzoo:<game>: self-play defaults. n_timesteps counts the moves trained on, n_envs
 # the games played side by side, n_steps the moves of each per rollout. Chosen by the runs in docs/benchmarks.md
 # ("Self-play defaults", "A league for tic-tac-toe", "A league for Connect Four", "Self-play speed"): a larger
-# ent_coef lets tic-tac-toe meet the positions a random player makes; both play 128 games of 8 moves a rollout
-# (the same 1024 moves: one policy forward, and one step of the numpy boards, for 128 games), so that Connect
-# Four's 1.5M moves against its league fit in well under half an hour. Both train on each move's images under
-# their symmetries too (torchrl_mask.games.symmetry: tic-tac-toe's 7, Connect Four's mirror), in 2 epochs: a move
-# then makes 16 passes through the network in tic-tac-toe, 4 in Connect Four.
+# ent_coef lets tic-tac-toe meet the positions a random player makes; both play 128 games of 8 moves a rollout (the
+# same 1024 moves: one policy forward, and one step of the numpy boards, for 128 games; the runs' times are in those
+# sections). Both train on each move's images under their symmetries too (torchrl_mask.games.symmetry: tic-tac-toe's
+# 7, Connect Four's mirror), in 2 epochs: a move then makes 16 passes through the network in tic-tac-toe, 4 in
+# Connect Four.
 # The board games (channels-last planes) read their board through the convolutional BoardCNN
 # (torchrl_mask.games.network, named as text so that this module imports no torch).
 _BOARD = {"features_extractor_class": "BoardCNN"}

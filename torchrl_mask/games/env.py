@@ -220,7 +220,7 @@ class TurnBasedEnv(EnvBase):
             )
         self.engine = _engine(game, engine)
         super().__init__(device=device, batch_size=() if n_games is None else (n_games,))
-        # with numpy boards, one PettingZoo env still gives the seats and spaces (and renders a board as text)
+        # with numpy boards, one PettingZoo env (never stepped) still gives the seats and the spaces
         self.games = [make_game(game) for _ in range(1 if self.engine == "numpy" else n_games or 1)]
         self.boards = BoardGames(game, n_games or 1) if self.engine == "numpy" else None
         self.game = self.games[0]
