@@ -15,6 +15,8 @@ from torchrl.collectors import Collector
 
 pytest.importorskip("pettingzoo")
 
+from helpers import assert_same_tensor
+
 from torchrl_mask import MaskablePPO, SeatEnv, SelfPlayPolicy, TurnBasedEnv
 from torchrl_mask.games.boards import BOARD_GAMES, BoardGames
 from torchrl_mask.games.players import random_legal
@@ -26,14 +28,10 @@ def _same(ours: TensorDictBase, theirs: TensorDictBase, where: str) -> None:
     assert set(ours.keys(True, True)) == set(theirs.keys(True, True)), where
     for key in theirs.keys(True, True):
         a, b = ours.get(key), theirs.get(key)
-        assert a.dtype == b.dtype and a.shape == b.shape, (where, key)
-        # bitwise: a -0.0 reward would pass torch.equal
-        assert (
-            torch.equal(a.view(torch.uint8), b.view(torch.uint8)) if a.dtype.is_floating_point else torch.equal(a, b)
-        ), (
-            where,
-            key,
-        )
+        # dtype, shape, then bits: a -0.0 reward would pass torch.equal
+        assert_same_tensor(b, a, f"{where}, {key}")
+        if a.dtype.is_floating_point:
+            assert_same_tensor(b.view(torch.uint8), a.view(torch.uint8), f"{where}, {key} (bits)")
 
 
 @pytest.mark.parametrize("opponents", [0, 3])

@@ -106,7 +106,7 @@ class BoardGames:
         """
         rows, piece = self._rows, (self.mover + 1).astype(np.int8)
         if self.drops:  # the lowest empty cell of the column: below every filled one
-            column = self.cells[:, :-1].reshape(self.n, self.height, self.width)[rows, :, actions]
+            column = self.board[rows, :, actions]
             cell = (np.count_nonzero(column == 0, axis=1) - 1) * self.width + actions
         else:
             cell = actions

@@ -308,14 +308,13 @@ class TurnBasedEnv(EnvBase):
         chosen = range(n) if reset is None else np.flatnonzero(reset.reshape(n).cpu().numpy()).tolist()
         arrays = self._arrays(n)
         arrays["is_init"][:] = True
-        for index in chosen:  # each game dealt with its own seed
-            if self.boards is None:
-                self.games[index].reset(seed=None if self._deals is None else next(self._deals[index]))
+        for index in chosen:
             if self.opponents > 0:
                 self._draws[index] = (self._rng.integers(len(self.seats)), self._rng.integers(self.opponents))
                 self._uniform[index] = self._rng.random()
                 self._chosen[index] = False
-            if self.boards is None:
+            if self.boards is None:  # each game dealt with its own seed (the deals' generators are the games' own)
+                self.games[index].reset(seed=None if self._deals is None else next(self._deals[index]))
                 self._observe(index, arrays)
         if self.boards is not None:  # every board's view: the games not reset keep theirs (see below)
             self.boards.reset(np.asarray(chosen, dtype=np.int64))
@@ -325,25 +324,25 @@ class TurnBasedEnv(EnvBase):
         return self._wrap(arrays, self._draws)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        actions = tensordict.get("action").reshape(-1).tolist()
-        for index, action in enumerate(actions):  # all checked before any game moves
-            mask = self._masks[index]
-            if not 0 <= action < len(mask) or not mask[action]:
-                mover = (
-                    self.games[index].agent_selection if self.boards is None else self.seats[self.boards.mover[index]]
-                )
-                raise ValueError(
-                    f"Illegal move {action} by {mover} (legal: {np.flatnonzero(mask).tolist()}) in game {index}: the "
-                    "policy must draw under the step's 'action_mask' (MaskablePolicyModule or SelfPlayPolicy does)."
-                )
-        n = len(self._masks)
+        moves = tensordict.get("action").reshape(-1).cpu().numpy().astype(np.int64)
+        n, width = self._masks.shape
+        inside = (moves >= 0) & (moves < width)
+        legal = inside & self._masks[np.arange(n), np.where(inside, moves, 0)]
+        if not legal.all():  # all checked before any game moves; the first illegal one is named
+            index, mask = int(np.flatnonzero(~legal)[0]), self._masks[~legal][0]
+            mover = self.games[index].agent_selection if self.boards is None else self.seats[self.boards.mover[index]]
+            raise ValueError(
+                f"Illegal move {moves[index]} by {mover} (legal: {np.flatnonzero(mask).tolist()}) in game {index}: "
+                "the policy must draw under the step's 'action_mask' (MaskablePolicyModule or SelfPlayPolicy does)."
+            )
+        actions = moves.tolist()
         if self.opponents > 0:  # each game keeps the opponent its first move had (a league's choice)
             self._draws[:, 1] = tensordict.get(OPPONENT).reshape(n).cpu().numpy()
             self._chosen[:] = True
         arrays = self._arrays(n)
         if self.boards is not None:
             movers = self.boards.mover.copy()
-            arrays[SEAT_REWARD], ended = self.boards.step(np.asarray(actions, dtype=np.int64))
+            arrays[SEAT_REWARD], ended = self.boards.step(moves)
             self._board_views(arrays)
             return self._ended(arrays, movers, ended.reshape(n, 1), np.zeros((n, 1), dtype=bool))
         return self._step_games(actions, arrays)
@@ -386,5 +385,5 @@ class TurnBasedEnv(EnvBase):
         """Every board's view, legal moves and seat to move into ``arrays`` (and the legal moves :meth:`_step`
         checks)."""
         assert self.boards is not None
-        arrays["observation"], self._masks = self.boards.views()
-        arrays["action_mask"], arrays[SEAT] = self._masks.copy(), self.boards.mover.copy()
+        arrays["observation"], self._masks = self.boards.views()  # fresh arrays every call, never written into
+        arrays["action_mask"], arrays[SEAT] = self._masks, self.boards.mover.copy()  # reset writes the movers
