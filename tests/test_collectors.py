@@ -54,6 +54,7 @@ from torchrl_mask import (
     learn_from_collector,
     masked_gym_env,
 )
+from torchrl_mask.algorithms.collector_source import plays_own_weights
 from torchrl_mask.torchrl.workers import shutdown
 
 
@@ -242,10 +243,19 @@ def test_learns_taxi_through_a_collector_with_the_weights_just_trained() -> None
     model = MaskablePPO("MlpPolicy", gym.make(TAXI), n_steps=128, batch_size=64, n_epochs=2, learning_rate=3e-3,
                         policy_kwargs=SMALL, seed=0)  # fmt: skip
     collector = Collector(taxi_env, MaskablePolicyModule(model.policy), frames_per_batch=128)
+    sent: list[int] = []
+    update = collector.update_policy_weights_
+    collector.update_policy_weights_ = lambda *args, **kwargs: sent.append(1) or update(*args, **kwargs)
     check = PolicyWasTrained()
     model.learn(512, callback=check, collector=collector)
     assert model.num_timesteps == 512
-    check.check(rollouts=4)
+    check.check(rollouts=4)  # it played the weights just trained ...
+    assert plays_own_weights(collector, model) and sent == []  # ... its own: TorchRL's self-copy was left out
+    workers = MultiSyncCollector([taxi_env], MaskablePolicyModule(model.policy), frames_per_batch=128)
+    try:
+        assert not plays_own_weights(workers, model)  # a worker's copy is sent the weights
+    finally:
+        shutdown(workers)
     buf = model.rollout_buffer.tensordict
     assert bool(allowed(buf["action"], buf["action_mask"], model.action_space).all())
     assert not buf["action_mask"].all()  # the masks are Taxi's, not a trivial all-allowed

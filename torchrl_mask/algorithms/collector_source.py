@@ -4,7 +4,9 @@
 ``MaskablePPO.learn(total_timesteps, collector=collector)`` runs sb3-contrib's own ``learn`` loop; each of its
 ``collect_rollouts`` calls takes one batch from the collector through :class:`CollectorRollout`:
 
-1. send the weights just trained to the collector's policy copies (``collector.update_policy_weights_()``);
+1. send the weights just trained to the collector's policy copies (``collector.update_policy_weights_()``), unless
+   the collector plays in this process with the model's own parameters (a ``Collector`` on the policy's device),
+   where TorchRL's update would copy each weight onto itself;
 2. take the next batch, watched by :func:`~torchrl_mask.torchrl.workers.guarded` (a dead, raising or silent worker ends
    in :class:`~torchrl_mask.torchrl.workers.CollectorFailed`);
 3. compute ``("next", "state_value")`` with the model's policy and fill the rollout buffer with
@@ -27,7 +29,8 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
-from torchrl.collectors import BaseCollector
+from torch import nn
+from torchrl.collectors import BaseCollector, Collector
 
 from torchrl_mask.algorithms.collector_checks import more_frames, refuse_collector, refuse_policy, release_refused
 from torchrl_mask.rollout import storage as st
@@ -107,6 +110,7 @@ class CollectorRollout:
         self.batch_timeout = batch_timeout
         self._batches: Iterator[TensorDictBase] | None = None
         self._episode_starts: torch.Tensor | None = None
+        self._sends_weights = not plays_own_weights(collector, model)
         if previous is not None and previous.collector is collector:
             self._batches, self._episode_starts = previous._batches, previous._episode_starts
 
@@ -193,7 +197,9 @@ class CollectorRollout:
         """The weights just trained sent to the workers, then the next batch as ``(n_envs, T)``."""
         # Also before the first batch: a collector kept from an earlier learn() holds the weights before its last
         # train(); for a fresh one the model's weights are the ones it was built with, and sending them is cheap.
-        guarded(self.collector.update_policy_weights_, self.collector, "sending the new weights", self.batch_timeout)
+        if self._sends_weights:
+            guarded(self.collector.update_policy_weights_, self.collector, "sending the new weights",
+                    self.batch_timeout)  # fmt: skip
         if self._batches is None:
             self._batches = iter(self.collector)
         batches = self._batches
@@ -230,6 +236,22 @@ class CollectorRollout:
             n_envs=n_envs,
             **(model.rollout_buffer_kwargs or {}),
         )
+
+
+def plays_own_weights(collector: BaseCollector, model: Any) -> bool:
+    """Whether ``collector`` plays in this process with ``model.policy``'s own parameters, not copies of them: a
+    ``Collector`` whose policy holds those very tensors (TorchRL copies a policy only to move it to another
+    device), so the weights just trained are the ones it plays, and there is nothing to send.
+
+    :param collector: the collector ``learn()`` reads.
+    :param model: the model that learns.
+    :return: True for a same-process ``Collector`` over the model's parameters.
+    """
+    policy = getattr(collector, "policy", None)
+    if not isinstance(collector, Collector) or not isinstance(policy, nn.Module):
+        return False
+    played = {id(parameter) for parameter in policy.parameters()}
+    return all(id(parameter) in played for parameter in model.policy.parameters())
 
 
 def check_masks_kept(batch: TensorDictBase) -> None:
