@@ -14,7 +14,8 @@
   and tic-tac-toe): the boards' gain, paired in the same round;
 - **whole run**: the CLI's ``train --env pettingzoo:<game>`` with the game's defaults, in this process, for
   ``--timesteps`` moves (a tenth of the game's default run unless given), evaluated as densely as the default run
-  is (an evaluation point every tenth of the default run's moves, final games in proportion): moves trained on
+  is (an evaluation point every tenth of the default run's moves, final games in proportion, and the league's
+  snapshots taken and measured on the default run's schedule, not the shorter run's own): moves trained on
   divided by the wall time of the whole job (model, collection, training, evaluation, files).
 
 Each round measures all four, one after the other, and divides the two speeds by that round's random play;
@@ -142,7 +143,7 @@ def collection(
     :return: moves a second, and microseconds per move in the policy (``"policy"``) and the games' steps
         (``"game"``); the rest is TorchRL's collector.
     """
-    from torchrl_mask.app.config import TrainConfig, game_fixed_share, game_hyperparams, game_league
+    from torchrl_mask.app.config import TrainConfig, game_fixed_share, game_hyperparams, game_league, game_self_share
     from torchrl_mask.app.selfplay_training import build_collector, build_model
     from torchrl_mask.games.env import TurnBasedEnv
     from torchrl_mask.games.selfplay import SelfPlayPolicy
@@ -154,7 +155,8 @@ def collection(
     games = default_games if n_envs is None else n_envs
     config = TrainConfig(env_id=env_id, n_timesteps=int(defaults.pop("n_timesteps")), n_envs=games,
                          hyperparams=defaults, seed=seed, pool_size=pool_size, league_players=players,
-                         fixed_share=game_fixed_share(env_id, None))  # fmt: skip
+                         fixed_share=game_fixed_share(env_id, None),
+                         self_share=game_self_share(env_id, None, bool(pool_size or players)))  # fmt: skip
     model = build_model(config, game, "cpu")
     collector = build_collector(config, model, game, pool_size, engine)
     frames = config.n_envs * model.n_steps
@@ -193,6 +195,10 @@ def whole_run(game: str, timesteps: int | None, seed: int) -> tuple[float, dict[
     default = int(game_hyperparams(f"pettingzoo:{game}")["n_timesteps"])
     moves = timesteps or default // 10
     episodes = max(1, round(TrainConfig.eval_episodes * moves / default))
+    # a run takes about SNAPSHOTS snapshots whatever its length, each measured against the ladder: the default
+    # run's share of them, so that this run snapshots (and measures) every as many rollouts as the default run does
+    snapshots = selfplay_training.SNAPSHOTS
+    selfplay_training.SNAPSHOTS = max(1, round(snapshots * moves / default))
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "run"
         argv = ["train", "--env", f"pettingzoo:{game}", "-n", str(moves), "--seed", str(seed), "--eval-freq",
@@ -205,10 +211,13 @@ def whole_run(game: str, timesteps: int | None, seed: int) -> tuple[float, dict[
             "measuring": (WinRates, "_on_rollout_end"),
             "final": (selfplay_training, "evaluate_ladder"),
         }
-        with timed(phases) as spent, contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-            start = time.perf_counter()
-            status = main(argv)
-            seconds = time.perf_counter() - start
+        try:
+            with timed(phases) as spent, contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+                start = time.perf_counter()
+                status = main(argv)
+                seconds = time.perf_counter() - start
+        finally:
+            selfplay_training.SNAPSHOTS = snapshots
         if status != 0:
             raise RuntimeError(f"torchrl-mask {' '.join(argv)} exited {status}: {printed.getvalue()[-2000:]}")
         trained = MaskablePPO.load(out / "model.zip", device="cpu").num_timesteps
