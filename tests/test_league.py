@@ -16,6 +16,7 @@ from torchrl_mask.app.selfplay_training import SNAPSHOTS, build_collector
 from torchrl_mask.games.evaluation import WinRates, evaluate_games, point_values
 from torchrl_mask.games.league import League
 from torchrl_mask.games.search import negamax, perfect_tictactoe
+from torchrl_mask.games.seat_split import seat_transitions
 
 
 def first_legal(observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
@@ -175,3 +176,50 @@ def test_a_fixed_share_splits_the_games_between_the_snapshots_and_the_fixed_play
     assert League(2, fixed_share=0.5).fixed_share is None  # nothing to split
     with pytest.raises(ValueError, match=r"fixed_share=1.5.*\[0, 1\]"):
         League(2, {"first": first_legal}, fixed_share=1.5)
+
+
+def test_a_self_share_gives_the_learner_that_share_of_games_against_itself_and_keeps_no_score_there() -> None:
+    league = League(1, {"first": first_legal, "perfect": perfect_tictactoe}, self_share=0.4)
+    assert league.names == ["snapshot_0", "first", "perfect", "self"] and league.self_index == 3
+    assert torch.allclose(league.probabilities(), torch.tensor([0.2, 0.2, 0.2, 0.4]))
+    league.scores[:3] = torch.tensor([0.5, 1.0, 0.0])  # the others drawn as without it, in the other 0.6
+    weights = torch.tensor([0.3, 0.05, 1.05])
+    assert torch.allclose(league.probabilities(), torch.cat([weights / weights.sum() * 0.6, torch.tensor([0.4])]))
+    league.record(np.array([3, 3, 0]), np.array([1.0, -1.0, 1.0]))  # two games against itself, one won
+    assert league.scores[3] == 0.5 and league.scores[0] > 0.5
+    assert list(league.summary()) == ["snapshot_0", "first", "perfect"]  # no score against itself
+    draws = league.choose(torch.rand(100_000, generator=torch.Generator().manual_seed(0)))
+    assert abs(float((draws == 3).float().mean()) - 0.4) < 0.01
+    assert League(1, self_share=0.0).names == ["snapshot_0"]  # no share, no "self"
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match=rf"self_share={bad}.*\[0, 1\)"):
+            League(1, self_share=bad)
+
+
+def test_in_a_game_against_itself_the_learner_plays_and_trains_every_seat() -> None:
+    model = _model()
+    players = SelfPlayPolicy(model.policy, pool_size=1, fixed={"first": first_legal}, self_share=0.5)
+    seen: list[int] = []
+    model.policy.features_extractor.register_forward_hook(lambda module, args, out: seen.append(len(out)))
+    games = TurnBasedEnv("tictactoe_v3", opponents=3, n_games=8)
+    games.set_seed(0)
+    collector = Collector(games, players, frames_per_batch=256, total_frames=-1)
+    seen.clear()
+    batch = next(iter(collector))
+    itself = batch["opponent"] == 2
+    learner = players.learner_moves(batch)
+    assert int(itself.sum()) > 20 and learner[itself].all()  # both seats of its games against itself
+    assert (batch["seat"][itself] == 0).any() and (batch["seat"][itself] == 1).any()
+    others = ~itself
+    assert torch.equal(learner[others], (batch["seat"] == batch["learner_seat"])[others])  # one seat elsewhere
+    assert sum(seen) == int(learner.sum())  # the learner's network computed every move it made, in both seats
+    assert (batch["action_log_prob"][itself] < 0).float().mean() > 0.5  # its own draws, not a fixed player's
+    carried = {"opponent": batch["opponent"], "seat": batch["seat"]}
+    trained = seat_transitions(batch, torch.zeros(8), learner, carried)
+    seats_trained = {(int(o), int(s)) for o, s in zip(trained["opponent"], trained["seat"], strict=True)}
+    assert {(2, 0), (2, 1)} <= seats_trained  # the reader keeps both seats' moves of those games
+    scores_before = players.league.scores.clone()
+    model.learn(2 * 256, collector=collector)
+    assert players.league.scores[2] == scores_before[2] == 0.5  # its games against itself move no score
+    with pytest.raises(ValueError, match="pure self-play"):
+        SelfPlayPolicy(model.policy, self_share=0.5)

@@ -71,19 +71,25 @@ class Replays(BaseCallback):
 
 
 @pytest.mark.parametrize(
-    ("game", "pool_size", "fixed"),
-    [("leduc_holdem_v4", 0, {}), ("tictactoe_v3", 0, {}), ("leduc_holdem_v4", 2, {"rule_v2": leduc_rule_v2})],
+    ("game", "pool_size", "fixed", "self_share"),
+    [
+        ("leduc_holdem_v4", 0, {}, 0.0),
+        ("tictactoe_v3", 0, {}, 0.0),
+        ("leduc_holdem_v4", 2, {"rule_v2": leduc_rule_v2}, 0.0),
+        ("leduc_holdem_v4", 2, {"rule_v2": leduc_rule_v2}, 0.5),  # half the games against itself, both seats learn
+    ],
 )
 def test_training_replays_every_seats_moves_from_the_states_that_seat_played_with(
-    game: str, pool_size: int, fixed: dict
+    game: str, pool_size: int, fixed: dict, self_share: float
 ) -> None:
     model = recurrent_model(game)
-    players = RecurrentSelfPlayPolicy(model.policy, pool_size=pool_size, fixed=fixed)
+    players = RecurrentSelfPlayPolicy(model.policy, pool_size=pool_size, fixed=fixed, self_share=self_share)
     if pool_size:  # the snapshots play other weights than the learner's
         with torch.no_grad():
             for parameter in model.policy.parameters():
                 parameter.add_(0.3 * torch.randn_like(parameter))
-    games = TurnBasedEnv(game, pool_size + len(fixed), n_games=4).append_transform(players.make_tensordict_primer())
+    opponents = pool_size + len(fixed) + (self_share > 0)
+    games = TurnBasedEnv(game, opponents, n_games=4).append_transform(players.make_tensordict_primer())
     games.set_seed(0)
     replays = Replays()
     model.learn(3 * 96, callback=replays, collector=Collector(games, players, frames_per_batch=96))

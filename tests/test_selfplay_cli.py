@@ -144,7 +144,7 @@ def test_gymnasium_paths_keep_the_model_when_a_stage_raises(algo, stage, extra, 
 
 @pytest.mark.parametrize(
     ("collector", "league"),
-    [("sync", []), ("multisync", ["--pool-size", "1", "--league-players", "perfect", "random"])],
+    [("sync", []), ("multisync", ["--pool-size", "1", "--league-players", "perfect", "random", "--self-share", "0.3"])],
 )
 def test_the_same_seed_gives_the_same_evaluation_json(collector: str, league: list[str], tmp_path: Path) -> None:
     records = []
@@ -155,11 +155,12 @@ def test_the_same_seed_gives_the_same_evaluation_json(collector: str, league: li
         assert proc.returncode == 0, proc.stderr[-3000:]
         workers = r" in [12] worker process(es)?" if collector == "multisync" else ""  # one per core, at most
         assert re.search(rf"moves: 2 games side by side{workers}, seed 7", proc.stdout), proc.stdout
+        assert ("itself 30% of the games (every seat learning)" in proc.stdout) == bool(league), proc.stdout
         records.append((out / "evaluation.json").read_text().replace(str(out), "<out>"))
     assert records[0] == records[1]
     if league:  # the league is in the record, as given, with the learner's final score against each opponent
         record = json.loads(records[0])
-        assert record["config"]["league_players"] == ["perfect", "random"]
+        assert record["config"]["league_players"] == ["perfect", "random"] and record["config"]["self_share"] == 0.3
         scores = record["league_scores"]
         assert list(scores) == ["snapshot_0", "perfect", "random"] and all(0 <= s <= 1 for s in scores.values())
         assert scores["perfect"] < 0.5  # nobody beats the perfect player: the learner's score against it fell
@@ -214,6 +215,25 @@ def test_a_fixed_share_that_is_no_share_is_one_line_exit_2_naming_it(tmp_path: P
     proc = run_cli("--env", "pettingzoo:connect_four_v3", "--fixed-share", "1.5", "--out", str(out), *QUIET)
     assert proc.returncode == 2
     assert "--fixed-share 1.5" in _one_line(proc) and "from 0 to 1" in _one_line(proc)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        (["--self-share", "1"], "'1' is not a share of games in [0, 1)"),
+        (["--self-share", "half"], "'half' is not a share of games in [0, 1)"),
+        (["--self-share", "0.5", "--pool-size", "0"], "--self-share 0.5 without a league"),
+    ],
+    ids=["one", "no-number", "no-league"],
+)
+def test_a_self_share_that_is_no_share_or_has_no_league_is_one_line_exit_2_naming_it(
+    tmp_path: Path, given: list[str], says: str
+) -> None:
+    out = tmp_path / "run"
+    proc = run_cli("--env", "pettingzoo:connect_four_v3", *given, "--out", str(out), *QUIET)
+    assert proc.returncode == 2
+    assert says in _one_line(proc)
     assert not out.exists()
 
 
@@ -274,8 +294,10 @@ def test_the_board_games_train_against_their_league_unless_told_otherwise(given:
     assert config.fixed_share is None  # one draw over all the opponents, unless --fixed-share
     four = _config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:connect_four_v3"]))
     assert (four.pool_size, four.league_players, four.fixed_share) == (4, ("heuristic", "negamax_2", "random"), None)
-    given = ["train", "--env", "pettingzoo:connect_four_v3", "--fixed-share", "0.2"]
-    assert _config_from_args(build_parser().parse_args(given)).fixed_share == 0.2
+    given = ["train", "--env", "pettingzoo:connect_four_v3", "--fixed-share", "0.2", "--self-share", "0.25"]
+    shares = _config_from_args(build_parser().parse_args(given))
+    assert (shares.fixed_share, shares.self_share) == (0.2, 0.25)
+    assert config.self_share == four.self_share == 0.0  # no games against itself, unless --self-share
     other = _config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:leduc_holdem_v4"]))
     assert (other.pool_size, other.league_players) == (0, ())  # a card game: pure self-play by default
 

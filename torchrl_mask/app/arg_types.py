@@ -14,7 +14,7 @@ from typing import Any
 
 from torchrl_mask.app.hyperparams import HYPERPARAMS, UsageError, parse_hyperparam
 
-__all__ = ["HelpFormatter", "Parser", "hyperparam", "n_timesteps", "non_negative_int", "positive_int", "seed"]
+__all__ = ["HelpFormatter", "Parser", "hyperparam", "n_timesteps", "non_negative_int", "positive_int", "seed", "share"]
 
 
 def positive_int(text: str) -> int:
@@ -76,3 +76,22 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> Any:  # argparse's hook; typed NoReturn there
         raise UsageError(f"{message}; see `{self.prog} --help`.")
+
+
+def share(text: str) -> float:
+    """A share of games, ``[0, 1)``, from the command line.
+
+    :param text: the option's value.
+    :return: the share.
+    :raises argparse.ArgumentTypeError: not a number, or outside ``[0, 1)``.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a share of games in [0, 1) (0.5: half the games against itself; 1 would leave no game "
+            "to the league: use --pool-size 0 for pure self-play)"
+        )
+    return value

@@ -67,8 +67,10 @@ from torchrl_mask.app.config import (
     game_fixed_share,
     game_hyperparams,
     game_league,
+    game_self_share,
     load_conf_file,
 )
+from torchrl_mask.app.game_args import add_league_options
 from torchrl_mask.app.hyperparams import without_policy_kwargs
 from torchrl_mask.app.run import run_train
 from torchrl_mask.app.tune_args import add_tune_parser, tune_config
@@ -95,7 +97,7 @@ def _add_what_to_train(train: argparse.ArgumentParser) -> None:
         + ", ".join(sorted(set(GAME_HYPERPARAMS) - {"default"}))
         + ": PettingZoo's classic games with masked observations)",
     )
-    _add_league(train)
+    add_league_options(train)
     train.add_argument(
         "--algo",
         choices=sorted(ALGOS),
@@ -136,43 +138,6 @@ def _add_what_to_train(train: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="PATH",
         help="a saved model (.zip) to continue training (its policy is kept)",
-    )
-
-
-def _add_league(train: argparse.ArgumentParser) -> None:
-    """Self-play's opponents: past snapshots and the game's fixed players."""
-    train.add_argument(
-        "--pool-size",
-        type=_non_negative_int,
-        default=None,
-        metavar="N",
-        help="pettingzoo:<game> only: play the learner against N snapshots of its past weights; 0 is pure self-play "
-        "(default: the game's league, 4 for tic-tac-toe and Connect Four, else 0)",
-    )
-    train.add_argument(
-        "--league-players",
-        nargs="+",
-        default=None,
-        metavar="NAME",
-        help="pettingzoo:<game> only: fixed players of the game's evaluation ladder the learner also meets "
-        "(tic-tac-toe: random heuristic perfect; Connect Four: random heuristic negamax_2), drawn with the snapshots "
-        "by what it does not beat yet (default: the game's league, perfect heuristic random for tic-tac-toe, "
-        "heuristic negamax_2 random for Connect Four; given either option, the other defaults to none)",
-    )
-    train.add_argument(
-        "--fixed-share",
-        type=float,
-        default=None,
-        metavar="F",
-        help="pettingzoo:<game> only: the league's fixed players' share of its games, in [0, 1], the snapshots the "
-        "rest, each group drawn within by what the learner does not beat (default: one draw over all the opponents)",
-    )
-    train.add_argument(
-        "--symmetries",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="pettingzoo:<game> only: train on each move's mirror images too (Connect Four's mirror, tic-tac-toe's "
-        "rotations and reflections; default: on where the game has them, off with ppo_lstm_mask)",
     )
 
 
@@ -332,6 +297,7 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         pool_size=pool_size,
         league_players=league_players,
         fixed_share=game_fixed_share(args.env, args.fixed_share),
+        self_share=game_self_share(args.env, args.self_share, bool(pool_size or league_players)),
         symmetries=args.symmetries,
         algo=args.algo,
     )

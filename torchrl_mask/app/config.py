@@ -34,11 +34,13 @@ from torchrl_mask.app.game_config import (
     GAME_HYPERPARAMS,
     GAME_LEAGUES,
     GAME_PREFIX,
+    GAME_SELF_SHARES,
     POOL_SIZE_MAX,
     check_pool_size,
     game_fixed_share,
     game_hyperparams,
     game_league,
+    game_self_share,
 )
 from torchrl_mask.app.hyperparams import (
     DEFAULT_HYPERPARAMS,
@@ -57,6 +59,7 @@ __all__ = [
     "GAME_HYPERPARAMS",
     "GAME_LEAGUES",
     "GAME_PREFIX",
+    "GAME_SELF_SHARES",
     "HYPERPARAMS",
     "POOL_SIZE_MAX",
     "TrainConfig",
@@ -74,6 +77,7 @@ __all__ = [
     "game_fixed_share",
     "game_hyperparams",
     "game_league",
+    "game_self_share",
     "load_conf_file",
     "parse_hyperparam",
 ]
@@ -280,6 +284,8 @@ class TrainConfig:
         (:mod:`torchrl_mask.games.league`).
     :param fixed_share: a ``pettingzoo:`` game's league only: the fixed players' share of its games, the snapshots
         the rest (:class:`~torchrl_mask.games.league.League`); None: one draw over all the opponents.
+    :param self_share: a ``pettingzoo:`` game's league only: the share of its games the learner plays against
+        itself, every seat learning; 0 none.
     :param symmetries: a ``pettingzoo:`` game only: train on each move's images under the game's symmetries
         (:mod:`torchrl_mask.games.symmetry`) too; None: the game's (Connect Four's mirror, tic-tac-toe's eight)
         with ``ppo_mask``, none with an LSTM.
@@ -313,6 +319,7 @@ class TrainConfig:
     pool_size: int = 0
     league_players: tuple[str, ...] = ()
     fixed_share: float | None = None
+    self_share: float = 0.0
     symmetries: bool | None = None
     algo: Literal["ppo_mask", "ppo_lstm_mask"] = "ppo_mask"
 

@@ -13,12 +13,14 @@ __all__ = [
     "GAME_HYPERPARAMS",
     "GAME_LEAGUES",
     "GAME_PREFIX",
+    "GAME_SELF_SHARES",
     "LSTM_GAME_KWARGS",
     "POOL_SIZE_MAX",
     "check_pool_size",
     "game_fixed_share",
     "game_hyperparams",
     "game_league",
+    "game_self_share",
 ]
 
 # The largest --pool-size: every snapshot is a full copy of the policy's weights, made at once (in every worker
@@ -83,6 +85,10 @@ GAME_LEAGUES: dict[str, tuple[int, tuple[str, ...]]] = {
 # snapshots the rest. None has one: docs/benchmarks.md, "A league for Connect Four", measures why.
 GAME_FIXED_SHARES: dict[str, float] = {}
 
+# A game's default share of its league's games that the learner plays against itself, every seat learning
+# (--self-share; League's self_share). None has one yet.
+GAME_SELF_SHARES: dict[str, float] = {}
+
 
 #: What ``--algo ppo_lstm_mask`` adds to a game's ``policy_kwargs``: a smaller LSTM than sb3-contrib's 256 units
 #: (a seat's view of these games is small, and every move of a rollout runs the LSTM one step).
@@ -128,6 +134,22 @@ def game_fixed_share(env_id: str, given: float | None) -> float | None:
     if given is not None or not env_id.startswith(GAME_PREFIX):
         return given
     return GAME_FIXED_SHARES.get(env_id.removeprefix(GAME_PREFIX))
+
+
+def game_self_share(env_id: str, given: float | None, league: bool) -> float:
+    """The share of a league's games the learner plays against itself: ``--self-share`` if given, else the
+    game's (:data:`GAME_SELF_SHARES`) when the run has a league, else 0.
+
+    :param env_id: ``"pettingzoo:connect_four_v3"``, or a gymnasium id (no league).
+    :param given: ``--self-share``, None if not given.
+    :param league: the run has a league (snapshots or fixed players); without one, pure self-play has no share.
+    :return: the share.
+    """
+    if given is not None:
+        return given
+    if not league or not env_id.startswith(GAME_PREFIX):
+        return 0.0
+    return GAME_SELF_SHARES.get(env_id.removeprefix(GAME_PREFIX), 0.0)
 
 
 def check_pool_size(pool_size: int) -> None:

@@ -109,6 +109,8 @@ def _train_game(config: TrainConfig) -> int:
         opponents = f"against a league of {config.pool_size} past snapshots{players}"
         if config.fixed_share is not None and config.pool_size and config.league_players:
             opponents += f", the fixed players {config.fixed_share:.0%} of the games"
+        if config.self_share:
+            opponents += f", itself {config.self_share:.0%} of the games (every seat learning)"
     if images:
         opponents += f"; each move also trained on in its images: {', '.join(images)}"
     workers = selfplay_training.worker_count(config.n_envs) if config.collector == "multisync" else 0

@@ -123,16 +123,19 @@ def build_collector(
     primer = None
     fixed = {name: ladder(game).opponents[name] for name in config.league_players}
     # about SNAPSHOTS snapshots a run (each measured against the ladder as it is taken), one per 10 rollouts or fewer
-    rollouts = 2 * config.n_timesteps // (config.n_envs * model.n_steps)  # the learner makes about half the moves
+    league_games = bool(pool_size or fixed)
+    self_share = config.self_share if league_games else 0.0
+    # the learner makes about half the moves of a league's game, all of a game against itself
+    rollouts = round(2 * config.n_timesteps / (1 + self_share)) // (config.n_envs * model.n_steps)
     league = {"pool_size": pool_size, "fixed": fixed, "snapshot_every": max(10, rollouts // SNAPSHOTS),
-              "fixed_share": config.fixed_share}  # fmt: skip
+              "fixed_share": config.fixed_share, "self_share": self_share}  # fmt: skip
     if isinstance(model, MaskableRecurrentPPO):
         n_seats = len(make_game(game).possible_agents)
         policy = RecurrentSelfPlayPolicy(model.policy, n_seats, **league)  # type: ignore[arg-type]
         primer = policy.make_tensordict_primer()
     else:
         policy = SelfPlayPolicy(model.policy, **league, symmetries=run_symmetries(config, game))  # type: ignore[arg-type]
-    opponents = pool_size + len(fixed)
+    opponents = pool_size + len(fixed) + (self_share > 0)
     frames = config.n_envs * model.n_steps
     if config.collector == "multisync":  # a worker's share of the games in one env (the reader flattens them)
         workers = worker_count(config.n_envs)
@@ -213,16 +216,21 @@ def check_policy(config: TrainConfig) -> str:
 
 
 def check_league(config: TrainConfig, game: str) -> None:
-    """Refuse ``--league-players`` that are not fixed players of the game's ladder, and a ``--fixed-share``
-    outside ``[0, 1]``.
+    """Refuse ``--league-players`` that are not fixed players of the game's ladder, a ``--fixed-share``
+    outside ``[0, 1]``, and a ``--self-share`` without a league.
 
-    :param config: the run (``league_players``, ``fixed_share``).
+    :param config: the run (``league_players``, ``fixed_share``, ``self_share``, ``pool_size``).
     :param game: the game's name.
-    :raises UsageError: an unknown name, one named twice, or a share that is no share.
+    :raises UsageError: an unknown name, one named twice, a share that is no share, or games against itself with
+        no league.
     """
     if config.fixed_share is not None and not 0 <= config.fixed_share <= 1:
         raise UsageError(f"--fixed-share {config.fixed_share}: give the fixed players' share of the league's games, "
                          "from 0 to 1 (0.5: half the games against them).")  # fmt: skip
+    if config.self_share and not (config.pool_size or config.league_players):
+        raise UsageError(f"--self-share {config.self_share} without a league: pure self-play (--pool-size 0 and no "
+                         "--league-players) plays every game against itself already; leave --self-share out, or "
+                         "give --pool-size.")  # fmt: skip
     known = sorted(name for name, player in ladder(game).opponents.items() if player is not None)
     unknown = [name for name in config.league_players if name not in known]
     if unknown or len(set(config.league_players)) != len(config.league_players):

@@ -48,6 +48,7 @@ from torchrl_mask.app.config import (
     check_minibatches,
     game_fixed_share,
     game_league,
+    game_self_share,
 )
 from torchrl_mask.app.masked_env import make_masked_env, one_line
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
@@ -110,6 +111,7 @@ def _train_config(config: TuneConfig, hyperparams: dict[str, Any], seed: int) ->
         env_id=config.env_id, n_timesteps=config.n_timesteps, n_envs=config.n_envs, hyperparams=rest, seed=seed,
         eval_episodes=config.eval_episodes, verbose=0, progress_bar=False, algo=config.algo,  # type: ignore[arg-type]
         pool_size=pool_size, league_players=league_players, fixed_share=game_fixed_share(config.env_id, None),
+        self_share=game_self_share(config.env_id, None, bool(pool_size or league_players)),
     )  # fmt: skip
 
 

@@ -10,6 +10,11 @@ two-level, as AlphaStar's mixes its matchmaking: the fixed players together get 
 snapshots the rest, each group drawn within by the same weights; without it, the snapshots, which the learner
 beats about half the time, take most of the games, and the fixed players it already beats (random play) few.
 
+With ``self_share``, that share of the games is the learner against itself (opponent ``"self"``, last), as
+AlphaStar's main agents play a share of their games against themselves: the latest weights are the opponent the
+learner has not met yet, and every seat of such a game learns (twice the moves trained on per move played). The
+others are drawn as above. A game against itself moves no score.
+
 The draw is split between the env and the policy: :class:`~torchrl_mask.games.env.TurnBasedEnv` deals each game a
 uniform number in ``[0, 1)`` (``"opponent_draw"``, from its seeded generator), and the league maps it through its
 probabilities (:meth:`League.choose`); the scores are a buffer of the policy module, so they reach worker processes
@@ -48,8 +53,10 @@ class League(nn.Module):
     :param floor: the least weight an opponent keeps, however well the learner does against it.
     :param fixed_share: the share of the games the fixed players get together, the snapshots the rest; None: one
         draw over all opponents by their weights. Only with both snapshots and fixed players.
-    :raises ValueError: no opponent at all, a rate outside ``(0, 1]``, a negative floor, or a ``fixed_share``
-        outside ``[0, 1]``.
+    :param self_share: the share of the games the learner plays against itself (opponent ``"self"``, the last;
+        every seat learns); the others are drawn as without it. 0: none, and no ``"self"`` opponent.
+    :raises ValueError: no opponent at all, a rate outside ``(0, 1]``, a negative floor, a ``fixed_share``
+        outside ``[0, 1]``, or a ``self_share`` outside ``[0, 1)``.
     """
 
     scores: torch.Tensor
@@ -61,6 +68,7 @@ class League(nn.Module):
         rate: float = 0.05,
         floor: float = 0.05,
         fixed_share: float | None = None,
+        self_share: float = 0.0,
     ) -> None:
         fixed = dict(fixed or {})
         if n_snapshots + len(fixed) < 1 or not 0 < rate <= 1 or floor < 0:
@@ -70,10 +78,17 @@ class League(nn.Module):
             )
         if fixed_share is not None and not 0 <= fixed_share <= 1:
             raise ValueError(f"League(fixed_share={fixed_share}): give the fixed players' share of games in [0, 1].")
+        if not 0 <= self_share < 1:
+            raise ValueError(f"League(self_share={self_share}): give the share of games against itself in [0, 1) "
+                             "(the rest go to the other opponents; pure self-play needs no league).")  # fmt: skip
         super().__init__()
         self.n_snapshots = n_snapshots
         self.fixed = fixed
         self.names = [f"snapshot_{index}" for index in range(n_snapshots)] + list(fixed)
+        self.self_share = self_share
+        #: the learner's own index as an opponent (the last), None without games against itself
+        self.self_index = len(self.names) if self_share > 0 else None
+        self.names += ["self"] if self_share > 0 else []
         self.rate, self.floor = rate, floor
         both = n_snapshots > 0 and len(fixed) > 0
         self.fixed_share = fixed_share if both else None  # one group only: the split has nothing to split
@@ -81,12 +96,16 @@ class League(nn.Module):
 
     def probabilities(self) -> torch.Tensor:
         """Each opponent's probability of being drawn, ``(n_opponents,)``."""
-        weights = (1.0 - self.scores) ** 2 + self.floor
+        weights = (1.0 - self.scores[: self.n_snapshots + len(self.fixed)]) ** 2 + self.floor
         if self.fixed_share is None:
-            return weights / weights.sum()
-        snapshots, fixed = weights[: self.n_snapshots], weights[self.n_snapshots :]
-        share = self.fixed_share
-        return torch.cat([snapshots / snapshots.sum() * (1.0 - share), fixed / fixed.sum() * share])
+            others = weights / weights.sum()
+        else:
+            snapshots, fixed = weights[: self.n_snapshots], weights[self.n_snapshots :]
+            share = self.fixed_share
+            others = torch.cat([snapshots / snapshots.sum() * (1.0 - share), fixed / fixed.sum() * share])
+        if self.self_index is None:
+            return others
+        return torch.cat([others * (1.0 - self.self_share), others.new_full((1,), self.self_share)])
 
     def choose(self, draw: torch.Tensor) -> torch.Tensor:
         """The opponents for uniform draws in ``[0, 1)``, by the league's probabilities.
@@ -102,11 +121,13 @@ class League(nn.Module):
         """Move the learner's scores by finished games, in order.
 
         :param opponents: each game's opponent, int ``(n_games,)``.
-        :param results: the learner's return in each game, ``(n_games,)``: its sign counts (win, draw, loss).
+        :param results: the learner's return in each game, ``(n_games,)``: its sign counts (win, draw, loss); games
+            against itself are passed over.
         """
         scores = self.scores
         for opponent, result in zip(np.asarray(opponents).tolist(), np.sign(results).tolist(), strict=True):
-            scores[opponent] += self.rate * ((result + 1.0) / 2.0 - scores[opponent])
+            if opponent != self.self_index:  # against itself: each seat's result is the other's, nothing to learn
+                scores[opponent] += self.rate * ((result + 1.0) / 2.0 - scores[opponent])
 
     def reset(self, opponent: int) -> None:
         """Forget the learner's score against ``opponent`` (a snapshot slot that now holds other weights).
@@ -131,4 +152,5 @@ class League(nn.Module):
 
     def summary(self) -> dict[str, float]:
         """The learner's score against each opponent, by name."""
-        return {name: round(float(score), 4) for name, score in zip(self.names, self.scores.tolist(), strict=True)}
+        scored = self.names[: self.n_snapshots + len(self.fixed)]  # not "self": no score is kept against itself
+        return {name: round(float(score), 4) for name, score in zip(scored, self.scores.tolist(), strict=False)}

@@ -92,8 +92,10 @@ class RecurrentSelfPlayPolicy(SelfPlayPolicy):
         rollouts.
     :param fixed: fixed players the learner also meets, by name (as ``SelfPlayPolicy`` takes them).
     :param fixed_share: the fixed players' share of the games (as ``SelfPlayPolicy`` takes it).
+    :param self_share: the share of the games against itself, every seat learning (as ``SelfPlayPolicy`` takes it).
     :raises TypeError: not MaskableRecurrentPPO's policy (for MaskablePPO's: ``SelfPlayPolicy``).
-    :raises ValueError: ``n_seats`` below 1, a negative ``pool_size`` or a ``snapshot_every`` below 1.
+    :raises ValueError: ``n_seats`` below 1, a negative ``pool_size``, a ``snapshot_every`` below 1, or a
+        ``self_share`` that ``SelfPlayPolicy`` refuses.
     """
 
     _module_type = MaskableRecurrentPolicyModule
@@ -108,10 +110,11 @@ class RecurrentSelfPlayPolicy(SelfPlayPolicy):
         snapshot_every: int = 10,
         fixed: Mapping[str, Player] | None = None,
         fixed_share: float | None = None,
+        self_share: float = 0.0,
     ) -> None:
         if n_seats < 1:
             raise ValueError(f"n_seats={n_seats}: give the game's number of seats, len(TurnBasedEnv(game).seats).")
-        super().__init__(policy, pool_size, snapshot_every, fixed, fixed_share)  # type: ignore[arg-type]
+        super().__init__(policy, pool_size, snapshot_every, fixed, fixed_share, self_share)  # type: ignore[arg-type]
         self.n_seats = n_seats
         if SEAT not in self.in_keys:
             self.in_keys.append(SEAT)

@@ -93,9 +93,12 @@ class SelfPlayPolicy(TensorDictModuleBase):
         :mod:`torchrl_mask.games.players`, :mod:`torchrl_mask.games.search`).
     :param fixed_share: the fixed players' share of the games, the snapshots the rest
         (:class:`~torchrl_mask.games.league.League`); None: one draw over all by what the learner does not beat.
+    :param self_share: with a pool or fixed players, the share of the games the learner plays against itself, every
+        seat learning (the env needs one opponent more: ``opponents=n + len(fixed) + 1``); 0: none.
     :param symmetries: the game's symmetries (:mod:`torchrl_mask.games.symmetry`): each batch also trains on its
         images under each, beside the moves played (``num_timesteps`` still counts the moves played).
-    :raises ValueError: a negative ``pool_size`` or a ``snapshot_every`` below 1.
+    :raises ValueError: a negative ``pool_size``, a ``snapshot_every`` below 1, or a ``self_share`` outside
+        ``[0, 1)``, or above 0 without a pool or fixed players.
     :raises TypeError: a policy of another kind (for an LSTM policy:
         :class:`~torchrl_mask.games.recurrent_selfplay.RecurrentSelfPlayPolicy`).
     """
@@ -110,6 +113,7 @@ class SelfPlayPolicy(TensorDictModuleBase):
         snapshot_every: int = 10,
         fixed: Mapping[str, Player] | None = None,
         fixed_share: float | None = None,
+        self_share: float = 0.0,
         *,
         symmetries: Sequence[Symmetry] = (),
     ) -> None:
@@ -124,7 +128,14 @@ class SelfPlayPolicy(TensorDictModuleBase):
         except TypeError:
             raise TypeError(f"{type(self).__name__} cannot play {type(policy).__name__}: {self._other}") from None
         self.pool = nn.ModuleList(self._module_type(_snapshot(policy)) for _ in range(pool_size))
-        self.league = None if not pool_size and not fixed else League(pool_size, fixed, fixed_share=fixed_share)
+        if self_share and not pool_size and not fixed:
+            raise ValueError(f"self_share={self_share} without a pool or fixed players: pure self-play (pool_size=0) "
+                             "already plays every game against itself; give self_share=0.")  # fmt: skip
+        self.league = (
+            None
+            if not pool_size and not fixed
+            else League(pool_size, fixed, fixed_share=fixed_share, self_share=self_share)
+        )
         self.snapshot_every = snapshot_every
         self.symmetries = tuple(symmetries)
         self.rollouts = 0  # rollouts seen, for the snapshot schedule
@@ -145,13 +156,16 @@ class SelfPlayPolicy(TensorDictModuleBase):
         return SelfPlayRollout
 
     def learner_moves(self, batch: TensorDictBase) -> torch.Tensor:
-        """Which moves of a batch the learner made (all of them in pure self-play).
+        """Which moves of a batch the learner made (all of them in pure self-play, and in a game against itself).
 
-        :param batch: steps with ``"seat"`` (and ``"learner_seat"`` with a pool), batch dims ``B``.
+        :param batch: steps with ``"seat"`` (and ``"learner_seat"`` and ``"opponent"`` with a pool), batch dims ``B``.
         :return: bool ``B``.
         """
         seat = batch.get(SEAT)
-        return torch.ones_like(seat, dtype=torch.bool) if self.league is None else seat == batch.get(LEARNER_SEAT)
+        if self.league is None:
+            return torch.ones_like(seat, dtype=torch.bool)
+        mine = seat == batch.get(LEARNER_SEAT)
+        return mine if self.league.self_index is None else mine | (batch.get(OPPONENT) == self.league.self_index)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Write the action, its log-probability and the state value of the seat to move.
@@ -199,7 +213,7 @@ class SelfPlayPolicy(TensorDictModuleBase):
         views, masks = inputs[0], inputs[len(self.learner.observation_keys)]
         # the players' random choices come from torch's generator, which the collector seeds (in each worker too)
         rng = np.random.default_rng(int(torch.randint(2**62, (1,))))
-        for index in range(len(self.pool), len(self.league.names)):
+        for index in range(len(self.pool), len(self.pool) + len(self.league.fixed)):
             rows = theirs & (opponent == index)
             if bool(rows.any()):
                 moves = self.league.fixed_moves(index, views[rows].cpu().numpy(), masks[rows].cpu().numpy(), rng)
@@ -241,9 +255,10 @@ class SelfPlayPolicy(TensorDictModuleBase):
         highest = int(opponent.max()) if opponent.numel() else -1
         if highest >= n:
             raise ValueError(
-                f"The env drew opponent {highest}, but SelfPlayPolicy keeps {len(self.pool)} snapshots and "
-                f"{n - len(self.pool)} fixed players (0 to {n - 1}): give TurnBasedEnv(game, opponents=n) the same n "
-                "as SelfPlayPolicy's pool_size plus its fixed players."
+                f"The env drew opponent {highest}, but SelfPlayPolicy keeps {len(self.pool)} snapshots, "
+                f"{len(self.league.fixed)} fixed players and {int(self.league.self_index is not None)} 'self' (0 to "
+                f"{n - 1}): give TurnBasedEnv(game, opponents=n) the same n as SelfPlayPolicy's pool_size plus its "
+                "fixed players, plus 1 with a self_share."
             )
 
     def rollout_done(self) -> None:
