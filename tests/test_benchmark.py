@@ -216,10 +216,10 @@ def test_bench_selfplay_reports_both_speeds_of_each_game_as_ratios_to_its_own_ra
     # `torchrl-mask bench selfplay` as a user runs it, tiny: one round of random play, collection and a whole train
     # job per game; each ratio is the round's speed over the round's random play (one round: its own).
     args = ["bench", "selfplay", "--rounds", "1", "--random-moves", "200", "--batches", "1", "--timesteps", "256",
-            "--n-envs", "4", "--games", "tictactoe_v3", "connect_four_v3"]  # fmt: skip
+            "--n-envs", "4", "--games", "tictactoe_v3", "connect_four_v3", "--", "--self-share", "0.5"]  # fmt: skip
     done = subprocess.run([sys.executable, "-m", "torchrl_mask", *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "`torchrl-mask bench selfplay --rounds 1" in done.stdout
+    assert "`torchrl-mask bench selfplay --rounds 1" in done.stdout and "-- --self-share 0.5`" in done.stdout
     refused = subprocess.run([sys.executable, "-m", "torchrl_mask", *args[:2], "--n-envs", "0"], capture_output=True,
                              text=True, timeout=300)  # fmt: skip
     assert refused.returncode == 2 and "--n-envs must be at least 1" in refused.stderr, refused.stderr
@@ -266,6 +266,20 @@ def test_bench_memory_trains_both_models_for_the_same_time_and_reports_their_chi
     refused = subprocess.run([sys.executable, "-m", "torchrl_mask", "bench", "memory", "--game", "tictactoe_v3"],
                              capture_output=True, text=True, timeout=120)  # fmt: skip
     assert refused.returncode == 2 and "this benchmark counts chips" in refused.stderr
+
+
+def test_bench_selfplay_measures_the_run_that_train_would_make_of_the_options_after_the_double_dash():
+    from torchrl_mask.app.config import UsageError
+    from torchrl_mask.bench.selfplay import _parse, train_config
+
+    args = _parse(["--games", "connect_four_v3", "--rounds", "2", "--", "--self-share", "0.5", "--threads", "2"])
+    assert (args.rounds, args.train_args) == (2, ["--self-share", "0.5", "--threads", "2"])
+    config = train_config("connect_four_v3", 3, args.train_args)
+    assert (config.self_share, config.threads, config.seed, config.pool_size) == (0.5, 2, 3, 4)  # its league kept
+    assert config.hyperparams["policy_kwargs"]["features_extractor_class"] == "BoardCNN"  # the game's defaults
+    assert _parse(["--rounds", "1"]).train_args == []
+    with pytest.raises(UsageError, match="not a share of games"):
+        _parse(["--", "--self-share", "1.5"])
 
 
 def test_bench_selfplay_says_not_run_for_the_whole_runs_it_skipped():

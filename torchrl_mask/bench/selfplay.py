@@ -18,6 +18,10 @@
   snapshots taken and measured on the default run's schedule, not the shorter run's own): moves trained on
   divided by the wall time of the whole job (model, collection, training, evaluation, files).
 
+Any ``train`` options after ``--`` (``bench selfplay -- --self-share 0.5 --hyperparams n_epochs=1``) apply to the
+collection and the whole run alike: the configuration measured is the one ``train`` would run with them (``--threads``
+included; the random play is the same).
+
 Each round measures all four, one after the other, and divides the two speeds by that round's random play;
 the report gives the median of the per-round ratios with the worst and best beside it, so that machine load
 hits a ratio's two sides alike. Goals of issue 33: collection at least 0.7x the game's own random play, a whole
@@ -28,12 +32,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import io
 import statistics
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,37 +135,52 @@ def random_play(game: str, moves: int, seed: int) -> float:
     return played / (time.perf_counter() - start)
 
 
+def train_config(game: str, seed: int, train_args: Sequence[str] = ()) -> Any:
+    """The configuration ``torchrl-mask train --env pettingzoo:<game> --seed <seed> <train_args>`` runs.
+
+    :param game: a PettingZoo classic game.
+    :param seed: the run's ``--seed``.
+    :param train_args: more ``train`` options (``--self-share 0.5``, ``--hyperparams n_epochs=1``).
+    :return: its :class:`~torchrl_mask.app.config.TrainConfig`.
+    """
+    from torchrl_mask.app.cli import _config_from_args, build_parser
+
+    args = build_parser().parse_args(["train", "--env", f"pettingzoo:{game}", "--seed", str(seed), *train_args])
+    return _config_from_args(args)
+
+
 def collection(
-    game: str, batches: int, seed: int, n_envs: int | None = None, engine: str = "auto"
+    game: str,
+    batches: int,
+    seed: int,
+    n_envs: int | None = None,
+    engine: str = "auto",
+    train_args: Sequence[str] = (),
 ) -> tuple[float, dict[str, float]]:
     """The train job's self-play collector: moves a second over ``batches`` batches after one of warm-up.
 
     :param game: a PettingZoo classic game.
     :param batches: batches timed.
     :param seed: seeds the games and the policy.
-    :param n_envs: games played side by side (one policy forward for all of them); None: the game's default.
+    :param n_envs: games played side by side (one policy forward for all of them); None: the run's.
     :param engine: what plays the moves (:class:`~torchrl_mask.TurnBasedEnv`'s ``engine``): ``"auto"`` as the
         train job does, ``"pettingzoo"`` the game's own env.
+    :param train_args: more ``train`` options: the collector is the one that run would build.
     :return: moves a second, and microseconds per move in the policy (``"policy"``) and the games' steps
         (``"game"``); the rest is TorchRL's collector.
     """
-    from torchrl_mask.app.config import TrainConfig, game_fixed_share, game_hyperparams, game_league, game_self_share
     from torchrl_mask.app.selfplay_training import build_collector, build_model
     from torchrl_mask.games.env import TurnBasedEnv
     from torchrl_mask.games.selfplay import SelfPlayPolicy
 
-    env_id = f"pettingzoo:{game}"
-    defaults = game_hyperparams(env_id)
-    pool_size, players = game_league(env_id, None, None)  # the game's default league, as train plays it
-    default_games = defaults.pop("n_envs")
-    games = default_games if n_envs is None else n_envs
-    config = TrainConfig(env_id=env_id, n_timesteps=int(defaults.pop("n_timesteps")), n_envs=games,
-                         hyperparams=defaults, seed=seed, pool_size=pool_size, league_players=players,
-                         fixed_share=game_fixed_share(env_id, None),
-                         self_share=game_self_share(env_id, None, bool(pool_size or players)))  # fmt: skip
+    config = train_config(game, seed, train_args)
+    if n_envs is not None:
+        config = dataclasses.replace(config, n_envs=n_envs)
     model = build_model(config, game, "cpu")
-    collector = build_collector(config, model, game, pool_size, engine)
+    collector = build_collector(config, model, game, config.pool_size, engine)
     frames = config.n_envs * model.n_steps
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)  # as the run would (the bench's own default is the run's default, 1)
     try:
         stream = iter(collector)
         next(stream)
@@ -171,14 +192,18 @@ def collection(
         return batches * frames / seconds, {key: 1e6 * value / (batches * frames) for key, value in spent.items()}
     finally:
         collector.shutdown()
+        torch.set_num_threads(threads)
 
 
-def whole_run(game: str, timesteps: int | None, seed: int) -> tuple[float, dict[str, float]]:
+def whole_run(
+    game: str, timesteps: int | None, seed: int, train_args: Sequence[str] = ()
+) -> tuple[float, dict[str, float]]:
     """The CLI's train job at the game's defaults, in this process: moves trained on a second of its wall time.
 
     :param game: a PettingZoo classic game.
     :param timesteps: moves to train on; None: a tenth of the game's default run.
     :param seed: the run's ``--seed``.
+    :param train_args: more ``train`` options, after the bench's own.
     :return: moves trained on a second, and microseconds per move trained on in each of :data:`PHASES`.
     :raises RuntimeError: the train job failed (its output is in the message).
     """
@@ -189,10 +214,10 @@ def whole_run(game: str, timesteps: int | None, seed: int) -> tuple[float, dict[
     from torchrl_mask import MaskablePPO
     from torchrl_mask.app import run, selfplay_training  # noqa: F401
     from torchrl_mask.app.cli import main
-    from torchrl_mask.app.config import TrainConfig, game_hyperparams
+    from torchrl_mask.app.config import TrainConfig
     from torchrl_mask.games.evaluation import EVAL_POINTS, WinRates
 
-    default = int(game_hyperparams(f"pettingzoo:{game}")["n_timesteps"])
+    default = int(train_config(game, seed, train_args).n_timesteps)  # the run measured, whole
     moves = timesteps or default // 10
     episodes = max(1, round(TrainConfig.eval_episodes * moves / default))
     # a run takes about SNAPSHOTS snapshots whatever its length, each measured against the ladder: the default
@@ -203,7 +228,7 @@ def whole_run(game: str, timesteps: int | None, seed: int) -> tuple[float, dict[
         out = Path(folder) / "run"
         argv = ["train", "--env", f"pettingzoo:{game}", "-n", str(moves), "--seed", str(seed), "--eval-freq",
                 str(default // EVAL_POINTS), "--eval-episodes", str(episodes), "--out", str(out), "--no-progress",
-                "--verbose", "0"]  # fmt: skip
+                "--verbose", "0", *train_args]  # fmt: skip
         printed = io.StringIO()
         phases: dict[str, tuple[Any, str]] = {
             "rollouts": (MaskablePPO, "collect_rollouts"),
@@ -218,6 +243,7 @@ def whole_run(game: str, timesteps: int | None, seed: int) -> tuple[float, dict[
                 seconds = time.perf_counter() - start
         finally:
             selfplay_training.SNAPSHOTS = snapshots
+            torch.set_num_threads(1)  # the run set its --threads
         if status != 0:
             raise RuntimeError(f"torchrl-mask {' '.join(argv)} exited {status}: {printed.getvalue()[-2000:]}")
         trained = MaskablePPO.load(out / "model.zip", device="cpu").num_timesteps
@@ -278,6 +304,9 @@ def render(results: list[GameSpeeds], command: str, rounds: int) -> str:
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="torchrl-mask bench selfplay",
+        usage="%(prog)s [options] [-- train options]",
+        epilog="Any train options after -- (--self-share 0.5 --hyperparams n_epochs=1 --threads 2) apply to the "
+        "collection and the whole run alike.",
         description="Self-play collection and whole train runs, in moves a second, against PettingZoo's own "
         "random play of the same game (paired rounds).",
     )
@@ -293,7 +322,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-run", action="store_true", help="skip the whole runs (collection only)")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    cut = given.index("--") if "--" in given else len(given)
+    args = parser.parse_args(given[:cut])
+    args.train_args = given[cut + 1 :]
+    if args.train_args:  # what train refuses is refused before anything is timed, in train's words (exit 2)
+        train_config(args.games[0], args.seed, args.train_args)
     if min(args.rounds, args.random_moves, args.batches, 1 if args.timesteps is None else args.timesteps,
            1 if args.n_envs is None else args.n_envs) < 1:  # fmt: skip
         parser.error("--rounds, --random-moves, --batches, --timesteps and --n-envs must be at least 1.")
@@ -313,9 +347,14 @@ def main(argv: list[str] | None = None) -> int:
         seed = args.seed + round_index
         for speeds in results:
             speeds.random_play.append(random_play(speeds.game, args.random_moves, seed))
-            collected, costs = collection(speeds.game, args.batches, seed, args.n_envs)
-            run_speed, phases = (float("nan"), {}) if args.no_run else whole_run(speeds.game, args.timesteps, seed)
-            speeds.pettingzoo.append(collection(speeds.game, args.batches, seed, args.n_envs, "pettingzoo")[0])
+            extra = args.train_args
+            collected, costs = collection(speeds.game, args.batches, seed, args.n_envs, train_args=extra)
+            run_speed, phases = (
+                (float("nan"), {}) if args.no_run else whole_run(speeds.game, args.timesteps, seed, extra)
+            )
+            speeds.pettingzoo.append(
+                collection(speeds.game, args.batches, seed, args.n_envs, "pettingzoo", train_args=extra)[0]
+            )
             speeds.collection.append(collected)
             speeds.run.append(run_speed)
             speeds.costs.append({**costs, **phases})
