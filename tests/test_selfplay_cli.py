@@ -19,7 +19,7 @@ pytest.importorskip("pettingzoo")
 from selfplay_faults import FaultyPolicy
 
 from torchrl_mask import MaskablePPO, MaskableRecurrentPPO, SeatEnv
-from torchrl_mask.app.cli import _config_from_args, build_parser
+from torchrl_mask.app.cli import build_parser, config_from_args
 
 pytestmark = pytest.mark.slow  # every test starts a CLI subprocess
 
@@ -260,7 +260,7 @@ def test_which_symmetries_a_run_trains_on() -> None:
 
     def names(*given: str) -> list[str]:
         args = build_parser().parse_args(["train", *given])
-        return [symmetry.name for symmetry in run_symmetries(_config_from_args(args), args.env.split(":")[1])]
+        return [symmetry.name for symmetry in run_symmetries(config_from_args(args), args.env.split(":")[1])]
 
     assert names("--env", "pettingzoo:connect_four_v3") == ["mirror"]  # the game's, by default
     assert len(names("--env", "pettingzoo:tictactoe_v3")) == 7
@@ -289,16 +289,16 @@ def test_a_pool_size_above_the_bound_is_one_line_exit_2_naming_it(tmp_path: Path
 )
 def test_the_board_games_train_against_their_league_unless_told_otherwise(given: list[str], league: tuple) -> None:
     args = build_parser().parse_args(["train", "--env", "pettingzoo:tictactoe_v3", *given])
-    config = _config_from_args(args)
+    config = config_from_args(args)
     assert (config.pool_size, config.league_players) == league
     assert config.fixed_share is None  # one draw over all the opponents, unless --fixed-share
-    four = _config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:connect_four_v3"]))
+    four = config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:connect_four_v3"]))
     assert (four.pool_size, four.league_players, four.fixed_share) == (4, ("heuristic", "negamax_2", "random"), None)
     given = ["train", "--env", "pettingzoo:connect_four_v3", "--fixed-share", "0.2", "--self-share", "0.25"]
-    shares = _config_from_args(build_parser().parse_args(given))
+    shares = config_from_args(build_parser().parse_args(given))
     assert (shares.fixed_share, shares.self_share) == (0.2, 0.25)
     assert config.self_share == four.self_share == 0.0  # no games against itself, unless --self-share
-    other = _config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:leduc_holdem_v4"]))
+    other = config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:leduc_holdem_v4"]))
     assert (other.pool_size, other.league_players) == (0, ())  # a card game: pure self-play by default
 
 

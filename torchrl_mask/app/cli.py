@@ -75,7 +75,7 @@ from torchrl_mask.app.hyperparams import without_policy_kwargs
 from torchrl_mask.app.run import run_train
 from torchrl_mask.app.tune_args import add_tune_parser, tune_config
 
-__all__ = ["COLLECTOR_TEXT", "build_parser", "main"]
+__all__ = ["COLLECTOR_TEXT", "build_parser", "config_from_args", "main"]
 
 COLLECTOR_TEXT = {
     "sync": "TorchRL Collector over a SerialEnv",
@@ -264,7 +264,14 @@ def _hyperparams_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {**hyperparams, **overrides}
 
 
-def _config_from_args(args: argparse.Namespace) -> TrainConfig:
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The run ``train``'s parsed arguments ask for (a game's defaults and league filled in).
+
+    :param args: ``build_parser().parse_args(["train", ...])``.
+    :return: the run's configuration, not yet checked against the files it names.
+    :raises UsageError: a ``--conf-file`` that cannot be read or has no ``n_timesteps`` for the env, or refused
+        ``--hyperparams``.
+    """
     hyperparams = _hyperparams_from_args(args)
     if args.trained_agent is not None:  # the saved policy is kept, as rl-zoo3 keeps it
         hyperparams = without_policy_kwargs(hyperparams, [key for key, _ in args.hyperparams], args.trained_agent)
@@ -304,7 +311,7 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    config = _config_from_args(args)
+    config = config_from_args(args)
     check_config(config)  # before torch is imported: a path is the commonest mistake, answered at once
     return run_train(config, COLLECTOR_TEXT)
 

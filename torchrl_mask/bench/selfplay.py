@@ -143,10 +143,10 @@ def train_config(game: str, seed: int, train_args: Sequence[str] = ()) -> Any:
     :param train_args: more ``train`` options (``--self-share 0.5``, ``--hyperparams n_epochs=1``).
     :return: its :class:`~torchrl_mask.app.config.TrainConfig`.
     """
-    from torchrl_mask.app.cli import _config_from_args, build_parser
+    from torchrl_mask.app.cli import build_parser, config_from_args
 
     args = build_parser().parse_args(["train", "--env", f"pettingzoo:{game}", "--seed", str(seed), *train_args])
-    return _config_from_args(args)
+    return config_from_args(args)
 
 
 def collection(
