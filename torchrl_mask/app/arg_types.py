@@ -14,7 +14,16 @@ from typing import Any
 
 from torchrl_mask.app.hyperparams import HYPERPARAMS, UsageError, parse_hyperparam
 
-__all__ = ["HelpFormatter", "Parser", "hyperparam", "n_timesteps", "non_negative_int", "positive_int", "seed", "share"]
+__all__ = [
+    "HelpFormatter",
+    "Parser",
+    "hyperparam",
+    "n_timesteps",
+    "non_negative_int",
+    "positive_int",
+    "seed",
+    "self_share",
+]
 
 
 def positive_int(text: str) -> int:
@@ -78,8 +87,8 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message}; see `{self.prog} --help`.")
 
 
-def share(text: str) -> float:
-    """A share of games, ``[0, 1)``, from the command line.
+def self_share(text: str) -> float:
+    """``--self-share``: the share of a league's games the learner plays against itself, ``[0, 1)``.
 
     :param text: the option's value.
     :return: the share.

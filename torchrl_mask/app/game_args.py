@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from torchrl_mask.app.arg_types import non_negative_int, share
+from torchrl_mask.app.arg_types import non_negative_int, self_share
 
 __all__ = ["add_league_options"]
 
@@ -41,7 +41,7 @@ def add_league_options(train: argparse.ArgumentParser) -> None:
     )
     train.add_argument(
         "--self-share",
-        type=share,
+        type=self_share,
         default=None,
         metavar="F",
         help="pettingzoo:<game> only: the share of the league's games, in [0, 1), that the learner plays against "
