@@ -222,7 +222,7 @@ def whole_run(
     episodes = max(1, round(TrainConfig.eval_episodes * moves / default))
     # a run takes about SNAPSHOTS snapshots whatever its length, each measured against the ladder: the default
     # run's share of them, so that this run snapshots (and measures) every as many rollouts as the default run does
-    snapshots = selfplay_training.SNAPSHOTS
+    snapshots, threads = selfplay_training.SNAPSHOTS, torch.get_num_threads()
     selfplay_training.SNAPSHOTS = max(1, round(snapshots * moves / default))
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "run"
@@ -243,7 +243,7 @@ def whole_run(
                 seconds = time.perf_counter() - start
         finally:
             selfplay_training.SNAPSHOTS = snapshots
-            torch.set_num_threads(1)  # the run set its --threads
+            torch.set_num_threads(threads)  # the run set its --threads
         if status != 0:
             raise RuntimeError(f"torchrl-mask {' '.join(argv)} exited {status}: {printed.getvalue()[-2000:]}")
         trained = MaskablePPO.load(out / "model.zip", device="cpu").num_timesteps

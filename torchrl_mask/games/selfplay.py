@@ -122,15 +122,15 @@ class SelfPlayPolicy(TensorDictModuleBase):
                 f"pool_size={pool_size}, snapshot_every={snapshot_every}: use pool_size >= 0 (0 is pure self-play) "
                 "and snapshot_every >= 1."
             )
+        if self_share and not pool_size and not fixed:
+            raise ValueError(f"self_share={self_share} without a pool or fixed players: pure self-play (pool_size=0) "
+                             "already plays every game against itself; give self_share=0.")  # fmt: skip
         super().__init__()
         try:
             self.learner = self._module_type(policy)
         except TypeError:
             raise TypeError(f"{type(self).__name__} cannot play {type(policy).__name__}: {self._other}") from None
         self.pool = nn.ModuleList(self._module_type(_snapshot(policy)) for _ in range(pool_size))
-        if self_share and not pool_size and not fixed:
-            raise ValueError(f"self_share={self_share} without a pool or fixed players: pure self-play (pool_size=0) "
-                             "already plays every game against itself; give self_share=0.")  # fmt: skip
         self.league = (
             None
             if not pool_size and not fixed
