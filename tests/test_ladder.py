@@ -143,3 +143,21 @@ def test_win_rates_measures_the_games_ladder_during_training(game: str, keys: se
                for run in (rates, again)]  # fmt: skip
     assert untimed[0] == untimed[1]  # the same seed, the same measurements; only the wall time differs
     assert all("seconds" in point for point in rates.points)  # the time axis of the curve
+
+
+def test_win_rates_draws_each_points_games_afresh() -> None:
+    model = _model("connect_four_v3")
+    rates = WinRates("connect_four_v3", every=1, games=20, seed=7)
+    rates.init_callback(model)
+    for moves in (0, 1):  # the same weights measured twice
+        model.num_timesteps = moves
+        rates.on_step()
+        rates.on_rollout_end()
+    seeds = [rates.point_seed(index) for index in range(2)]
+    assert len({7, *seeds}) == 3  # neither point replays the other's games, nor a final evaluation's (seed 7)
+    for point, seed in zip(rates.points, seeds, strict=True):
+        assert point["vs_random_win"] == evaluate_games(model, "connect_four_v3", "random", 20, seed)["win"]
+    firsts, seconds = (
+        [point[f"vs_{name}_win"] for name in ("random", "heuristic", "negamax_2")] for point in rates.points
+    )
+    assert firsts != seconds  # two draws of 20 games: one model, other figures

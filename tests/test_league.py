@@ -106,7 +106,8 @@ def test_win_rates_measures_every_snapshot_as_it_is_taken_and_names_its_slot() -
     final = _model()  # the weights the last snapshot holds, measured again: the same figures as its point
     final.policy.load_state_dict(players.pool[players.latest_slot].policy.state_dict())
     results = {
-        name: evaluate_games(final, "tictactoe_v3", name, 6, seed=1) for name in ("random", "heuristic", "perfect")
+        name: evaluate_games(final, "tictactoe_v3", name, 6, seed=rates.point_seed(len(rates.points) - 1))
+        for name in ("random", "heuristic", "perfect")
     }
     again = {
         f"vs_{name}_{key}": value for name, result in results.items() for key, value in point_values(result).items()

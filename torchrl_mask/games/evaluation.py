@@ -357,7 +357,9 @@ class WinRates(BaseCallback):
     :param game: the game's name.
     :param every: moves trained on between measurements; 0 with ``players``: at the snapshots only.
     :param games: games per opponent at each measurement.
-    :param seed: seeds the evaluation games (the same at every point).
+    :param seed: seeds the evaluation games: point ``i``'s by :meth:`point_seed` ``(i)``, a draw of its own, so that
+        the points' sampling errors are independent (with one seed at every point, the few games of each replay
+        much alike once the weights settle, and the whole curve can sit above or below the model's strength).
     :param players: a :class:`~torchrl_mask.games.selfplay.SelfPlayPolicy` with a pool, whose snapshots are
         measured as they are taken (its ``snapshots`` count and ``latest_slot``).
     """
@@ -371,6 +373,15 @@ class WinRates(BaseCallback):
         self._next = 0
         self._start = time.perf_counter()
         self._measuring = 0.0  # seconds spent measuring, left out of the points' training time
+
+    def point_seed(self, index: int) -> int:
+        """The seed of the games of the ``index``-th point (from 0): ``seed + 1 + index``, so that no point replays
+        another's games, nor those of a final evaluation seeded by ``seed``.
+
+        :param index: the point's place in :attr:`points`.
+        :return: the seed handed to :func:`evaluate_games` for each opponent.
+        """
+        return self.seed + 1 + index
 
     def _on_training_start(self) -> None:
         self._start, self._measuring = time.perf_counter(), 0.0
@@ -390,8 +401,9 @@ class WinRates(BaseCallback):
         if self.players is not None:  # the weights the latest snapshot copied are the model's now
             self._snapshots = self.players.snapshots
             point["snapshot"] = self.players.latest_slot if snapshot else -1
+        seed = self.point_seed(len(self.points))
         for opponent in ladder(self.game).opponents:
-            result = evaluate_games(self.model, self.game, opponent, self.games, self.seed)
+            result = evaluate_games(self.model, self.game, opponent, self.games, seed)
             point.update({f"vs_{opponent}_{key}": value for key, value in point_values(result).items()})
         self.points.append(point)
         self._measuring += time.perf_counter() - began
