@@ -142,9 +142,26 @@ def test_gymnasium_paths_keep_the_model_when_a_stage_raises(algo, stage, extra, 
     _assert_model_kept(proc, out, stage_text, MaskableRecurrentPPO if algo == "ppo_lstm_mask" else MaskablePPO)
 
 
+# a league with both shares: itself 30 % of the games, the fixed players half of the rest
+SHARED_LEAGUE = [
+    "--pool-size",
+    "1",
+    "--league-players",
+    "perfect",
+    "random",
+    "--self-share",
+    "0.3",
+    "--fixed-share",
+    "0.5",
+]
+
+
 @pytest.mark.parametrize(
     ("collector", "league"),
-    [("sync", []), ("multisync", ["--pool-size", "1", "--league-players", "perfect", "random", "--self-share", "0.3"])],
+    [
+        ("sync", []),
+        ("multisync", SHARED_LEAGUE),
+    ],
 )
 def test_the_same_seed_gives_the_same_evaluation_json(collector: str, league: list[str], tmp_path: Path) -> None:
     records = []
@@ -156,6 +173,8 @@ def test_the_same_seed_gives_the_same_evaluation_json(collector: str, league: li
         workers = r" in [12] worker process(es)?" if collector == "multisync" else ""  # one per core, at most
         assert re.search(rf"moves: 2 games side by side{workers}, seed 7", proc.stdout), proc.stdout
         assert ("itself 30% of the games (every seat learning)" in proc.stdout) == bool(league), proc.stdout
+        # the fixed share is of the games not against itself: 0.5 of 70 %, and the three shares add up to all
+        assert ("the fixed players 35% of the games" in proc.stdout) == bool(league), proc.stdout
         records.append((out / "evaluation.json").read_text().replace(str(out), "<out>"))
     assert records[0] == records[1]
     if league:  # the league is in the record, as given, with the learner's final score against each opponent

@@ -108,7 +108,8 @@ def _train_game(config: TrainConfig) -> int:
         players = "".join(f", {name}" for name in config.league_players)
         opponents = f"against a league of {config.pool_size} past snapshots{players}"
         if config.fixed_share is not None and config.pool_size and config.league_players:
-            opponents += f", the fixed players {config.fixed_share:.0%} of the games"
+            # of all the games: the fixed share is of those the learner does not play against itself
+            opponents += f", the fixed players {config.fixed_share * (1 - config.self_share):.0%} of the games"
         if config.self_share:
             opponents += f", itself {config.self_share:.0%} of the games (every seat learning)"
     if images:

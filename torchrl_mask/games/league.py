@@ -13,7 +13,7 @@ beats about half the time, take most of the games, and the fixed players it alre
 With ``self_share``, that share of the games is the learner against itself (opponent ``"self"``, last), as
 AlphaStar's main agents play a share of their games against themselves: the latest weights are the opponent the
 learner has not met yet, and every seat of such a game learns (twice the moves trained on per move played). The
-others are drawn as above. A game against itself moves no score.
+others are drawn as above (``fixed_share`` is then a share of those others). A game against itself moves no score.
 
 The draw is split between the env and the policy: :class:`~torchrl_mask.games.env.TurnBasedEnv` deals each game a
 uniform number in ``[0, 1)`` (``"opponent_draw"``, from its seeded generator), and the league maps it through its
@@ -51,8 +51,9 @@ class League(nn.Module):
     :param fixed: the fixed players, by name (opponents ``n_snapshots`` on, in this order).
     :param rate: how far one game moves the learner's score against its opponent.
     :param floor: the least weight an opponent keeps, however well the learner does against it.
-    :param fixed_share: the share of the games the fixed players get together, the snapshots the rest; None: one
-        draw over all opponents by their weights. Only with both snapshots and fixed players.
+    :param fixed_share: the share of the games the fixed players get together, the snapshots the rest (of the
+        games not against itself, with ``self_share``); None: one draw over all opponents by their weights. Only
+        with both snapshots and fixed players.
     :param self_share: the share of the games the learner plays against itself (opponent ``"self"``, the last;
         every seat learns); the others are drawn as without it. 0: none, and no ``"self"`` opponent.
     :raises ValueError: no opponent at all, a rate outside ``(0, 1]``, a negative floor, a ``fixed_share``
