@@ -274,6 +274,25 @@ def test_symmetries_asked_for_where_none_apply_are_one_line_exit_2_saying_why(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("env", "given", "why"),
+    [
+        ("pettingzoo:connect_four_v3", ["--no-symmetries"], "but --no-symmetries"),
+        ("pettingzoo:leduc_holdem_v4", [], "leduc_holdem_v4 with ppo_mask trains on no images"),
+        ("pettingzoo:tictactoe_v3", ["--algo", "ppo_lstm_mask"], "tictactoe_v3 with ppo_lstm_mask trains on no images"),
+    ],
+    ids=["no-symmetries", "none-listed", "lstm"],
+)
+def test_random_images_without_symmetries_are_one_line_exit_2_saying_why(
+    tmp_path: Path, env: str, given: list[str], why: str
+) -> None:
+    out = tmp_path / "run"
+    proc = run_cli("--env", env, "--images", "random", *given, "--out", str(out), *QUIET)
+    assert proc.returncode == 2
+    assert "--images random draws among a move's images" in _one_line(proc) and why in _one_line(proc)
+    assert not out.exists()
+
+
 def test_which_symmetries_a_run_trains_on() -> None:
     from torchrl_mask.app.selfplay_training import run_symmetries
 
@@ -286,6 +305,10 @@ def test_which_symmetries_a_run_trains_on() -> None:
     assert names("--env", "pettingzoo:connect_four_v3", "--no-symmetries") == []
     assert names("--env", "pettingzoo:connect_four_v3", "--algo", "ppo_lstm_mask") == []
     assert names("--env", "pettingzoo:leduc_holdem_v4") == []
+    random = config_from_args(
+        build_parser().parse_args(["train", "--env", "pettingzoo:tictactoe_v3", "--images", "random"])
+    )
+    assert random.images == "random" and config_from_args(build_parser().parse_args(["train"])).images == "all"
 
 
 def test_a_pool_size_above_the_bound_is_one_line_exit_2_naming_it(tmp_path: Path) -> None:

@@ -11,7 +11,13 @@ from torchrl.collectors import Collector
 
 from torchrl_mask import MaskablePPO, SeatEnv, SelfPlayPolicy, TurnBasedEnv
 from torchrl_mask.games.env import make_game
-from torchrl_mask.games.symmetry import GAME_SYMMETRIES, board_symmetries, game_symmetries, image_moves
+from torchrl_mask.games.symmetry import (
+    GAME_SYMMETRIES,
+    board_symmetries,
+    game_symmetries,
+    image_moves,
+    random_images,
+)
 
 CASES = [(game, symmetry) for game, symmetries in GAME_SYMMETRIES.items() for symmetry in symmetries]
 
@@ -99,6 +105,61 @@ def test_self_play_trains_on_each_moves_images_and_counts_the_moves_played() -> 
     assert torch.equal(images["action"], 6 - moves["action"])
     for key in ("advantage", "value_target", "action_log_prob", "state_value"):  # an image learns what its move does
         assert torch.equal(images[key], moves[key]), key
+
+
+def test_random_images_put_each_move_in_one_of_its_images_drawn_alike() -> None:
+    model = MaskablePPO("MlpPolicy", SeatEnv("tictactoe_v3"), policy_kwargs={"net_arch": [16]}, seed=0)
+    games = TurnBasedEnv("tictactoe_v3", n_games=16)
+    games.set_seed(0)
+    collector = Collector(games, SelfPlayPolicy(model.policy), frames_per_batch=256)
+    moves = next(iter(collector)).reshape(-1)
+    collector.shutdown()
+    square = GAME_SYMMETRIES["tictactoe_v3"]
+    before = moves.clone()
+    torch.manual_seed(3)
+    imaged = random_images(moves, square)
+    assert (moves == before).all()  # the moves played are left as they were
+    torch.manual_seed(3)
+    assert (random_images(moves, square) == imaged).all()  # one seed, one draw
+    keys = ("observation", ("next", "observation"), "action_mask", "action")
+    drawn = set()
+    for move, image in zip(moves, imaged, strict=True):
+        images = [move] + [image_moves(move.unsqueeze(0), symmetry)[0] for symmetry in square]
+        fits = [index for index, expected in enumerate(images, start=-1)
+                if all(torch.equal(image[key], expected[key]) for key in keys)]  # fmt: skip
+        assert fits  # view, next view, mask and action: all imaged by one symmetry, or none
+        drawn |= set(fits) if len(fits) == 1 else set()  # (an early board may look alike in several)
+    assert drawn == set(range(-1, 7))  # all eight met in 256 moves, the move itself among them
+    for key in ("action_log_prob", "state_value", "seat", ("next", "seat_reward"), ("next", "done")):
+        assert torch.equal(imaged[key], moves[key]), key
+
+
+def test_self_play_with_random_images_trains_each_move_once_in_its_place() -> None:
+    plain, _, collector = _players(())
+    plain.learn(1, collector=collector)
+    model = MaskablePPO("MlpPolicy", SeatEnv("connect_four_v3"), n_steps=64, batch_size=64, n_epochs=1,
+                        policy_kwargs={"net_arch": [16]}, seed=0)  # fmt: skip
+    players = SelfPlayPolicy(model.policy, symmetries=GAME_SYMMETRIES["connect_four_v3"], images="random")
+    games = TurnBasedEnv("connect_four_v3", n_games=4)
+    games.set_seed(0)
+    model.learn(1, collector=Collector(games, players, frames_per_batch=256))
+    assert model.num_timesteps == plain.num_timesteps > 200
+    played, trained = plain.rollout_buffer.tensordict.reshape(-1), model.rollout_buffer.tensordict.reshape(-1)
+    assert trained.numel() == played.numel()  # the rollout keeps the moves played, each once
+    same = (trained["observation"] == played["observation"]).flatten(1).all(1)
+    mirrored = (trained["observation"] == played["observation"].flip(-2)).flatten(1).all(1)
+    assert (same | mirrored).all()  # each move as played or in its mirror (a symmetric board: either)
+    assert (same & ~mirrored).any() and (mirrored & ~same).any()
+    actions = trained["action"]
+    assert torch.equal(actions[same & ~mirrored], played["action"][same & ~mirrored])
+    assert torch.equal(actions[mirrored & ~same], 6 - played["action"][mirrored & ~same])
+    assert ((actions == played["action"]) | (actions == 6 - played["action"])).all()
+    for key in ("advantage", "value_target", "action_log_prob", "state_value"):  # each learns what its move does
+        assert torch.equal(trained[key], played[key]), key
+    with pytest.raises(ValueError, match="'random' only with a game's symmetries"):
+        SelfPlayPolicy(model.policy, images="random")
+    with pytest.raises(ValueError, match="use 'all' or 'random'"):
+        SelfPlayPolicy(model.policy, symmetries=GAME_SYMMETRIES["connect_four_v3"], images="some")  # type: ignore[arg-type]
 
 
 def test_a_self_play_policy_with_symmetries_pickles_into_worker_processes() -> None:

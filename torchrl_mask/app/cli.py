@@ -306,6 +306,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         fixed_share=game_fixed_share(args.env, args.fixed_share),
         self_share=game_self_share(args.env, args.self_share, bool(pool_size or league_players)),
         symmetries=args.symmetries,
+        images=args.images,
         algo=args.algo,
     )
 

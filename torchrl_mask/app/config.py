@@ -289,6 +289,8 @@ class TrainConfig:
     :param symmetries: a ``pettingzoo:`` game only: train on each move's images under the game's symmetries
         (:mod:`torchrl_mask.games.symmetry`) too; None: the game's (Connect Four's mirror, tic-tac-toe's eight)
         with ``ppo_mask``, none with an LSTM.
+    :param images: with the game's symmetries: ``"all"`` trains on each move and all its images, ``"random"`` on
+        each move as one of them drawn at random (:class:`~torchrl_mask.SelfPlayPolicy`'s ``images``).
     :param algo: ``"ppo_mask"`` trains :class:`~torchrl_mask.MaskablePPO`, ``"ppo_lstm_mask"``
         :class:`~torchrl_mask.MaskableRecurrentPPO` (LSTM policies: ``MlpLstmPolicy`` or ``MultiInputLstmPolicy``
         by default, with ``policy_kwargs`` such as ``lstm_hidden_size``; from a VecEnv or a collector).
@@ -321,6 +323,7 @@ class TrainConfig:
     fixed_share: float | None = None
     self_share: float = 0.0
     symmetries: bool | None = None
+    images: Literal["all", "random"] = "all"
     algo: Literal["ppo_mask", "ppo_lstm_mask"] = "ppo_mask"
 
     def output_dir(self) -> Path:

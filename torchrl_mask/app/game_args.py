@@ -54,3 +54,11 @@ def add_league_options(train: argparse.ArgumentParser) -> None:
         help="pettingzoo:<game> only: train on each move's mirror images too (Connect Four's mirror, tic-tac-toe's "
         "rotations and reflections; default: on where the game has them, off with ppo_lstm_mask)",
     )
+    train.add_argument(
+        "--images",
+        choices=("all", "random"),
+        default="all",
+        help="pettingzoo:<game> with symmetries only: train on each move and all its images (all), or on each move "
+        "as one of them drawn at random, the move itself among them (random: a rollout of the moves played, the "
+        "images met across rollouts; default: all)",
+    )

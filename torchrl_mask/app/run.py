@@ -112,7 +112,11 @@ def _train_game(config: TrainConfig) -> int:
             opponents += f", the fixed players {config.fixed_share * (1 - config.self_share):.0%} of the games"
         if config.self_share:
             opponents += f", itself {config.self_share:.0%} of the games (every seat learning)"
-    if images:
+    if images and config.images == "random":
+        opponents += (
+            f"; each move trained on as one of its images drawn at random, itself among them: {', '.join(images)}"
+        )
+    elif images:
         opponents += f"; each move also trained on in its images: {', '.join(images)}"
     workers = selfplay_training.worker_count(config.n_envs) if config.collector == "multisync" else 0
     where = f" in {workers} worker process{'es' if workers > 1 else ''}" if workers else ""

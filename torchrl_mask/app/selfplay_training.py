@@ -134,7 +134,8 @@ def build_collector(
         policy = RecurrentSelfPlayPolicy(model.policy, n_seats, **league)  # type: ignore[arg-type]
         primer = policy.make_tensordict_primer()
     else:
-        policy = SelfPlayPolicy(model.policy, **league, symmetries=run_symmetries(config, game))  # type: ignore[arg-type]
+        policy = SelfPlayPolicy(model.policy, **league, symmetries=run_symmetries(config, game),  # type: ignore[arg-type]
+                                images=config.images)  # fmt: skip
     opponents = pool_size + len(fixed) + (self_share > 0)
     frames = config.n_envs * model.n_steps
     if config.collector == "multisync":  # a worker's share of the games in one env (the reader flattens them)
@@ -246,14 +247,20 @@ def run_symmetries(config: TrainConfig, game: str) -> tuple[Symmetry, ...]:
     :param config: the run (``symmetries``, ``algo``).
     :param game: the game's name.
     :return: the symmetries, possibly none.
-    :raises UsageError: ``--symmetries`` for a game without any listed, or with ``--algo ppo_lstm_mask``.
+    :raises UsageError: ``--symmetries`` for a game without any listed, or with ``--algo ppo_lstm_mask``;
+        ``--images random`` for a run without symmetries.
     """
     listed = game_symmetries(game)
     if config.symmetries and (not listed or config.algo == "ppo_lstm_mask"):
         why = f"{game} has none listed" if not listed else "an LSTM's states follow the moves played, not their images"
         raise UsageError(f"--symmetries: {why}; leave the option out (the game's own: "
                          f"{', '.join(GAME_SYMMETRIES)} with ppo_mask).")  # fmt: skip
-    return () if config.symmetries is False or config.algo == "ppo_lstm_mask" else listed
+    symmetries = () if config.symmetries is False or config.algo == "ppo_lstm_mask" else listed
+    if config.images == "random" and not symmetries:
+        why = "--no-symmetries" if config.symmetries is False else f"{game} with {config.algo} trains on no images"
+        raise UsageError(f"--images random draws among a move's images, but {why}; leave --images out, or train "
+                         f"{', '.join(GAME_SYMMETRIES)} with ppo_mask and their symmetries.")  # fmt: skip
+    return symmetries
 
 
 def _check(config: TrainConfig) -> tuple[Path, str, str]:

@@ -16,7 +16,8 @@ rollouts.
 
 Symmetries: ``SelfPlayPolicy(policy, symmetries=GAME_SYMMETRIES[game])`` (:mod:`torchrl_mask.games.symmetry`)
 has the reader add each learner move's images under the game's symmetries (Connect Four's mirror) to the rollout,
-after the moves played; ``num_timesteps`` counts the moves played.
+after the moves played; ``num_timesteps`` counts the moves played. With ``images="random"``, each move is trained
+on as one of its images drawn at random instead (itself among them), and the rollout keeps its size.
 
 Example:
     >>> from torchrl.collectors import Collector
@@ -32,7 +33,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -47,7 +48,7 @@ from torchrl_mask.games.env import LEARNER_SEAT, OPPONENT, OPPONENT_CHOSEN, OPPO
 from torchrl_mask.games.league import League
 from torchrl_mask.games.players import Player
 from torchrl_mask.games.seat_split import pack_rows, seat_transitions
-from torchrl_mask.games.symmetry import Symmetry, image_moves
+from torchrl_mask.games.symmetry import Symmetry, image_moves, random_images
 from torchrl_mask.rollout import storage as st
 from torchrl_mask.rollout.buffers import MaskableRolloutBuffer
 from torchrl_mask.torchrl.policy import MaskablePolicyModule
@@ -97,8 +98,12 @@ class SelfPlayPolicy(TensorDictModuleBase):
         seat learning (the env needs one opponent more: ``opponents=n + len(fixed) + 1``); 0: none.
     :param symmetries: the game's symmetries (:mod:`torchrl_mask.games.symmetry`): each batch also trains on its
         images under each, beside the moves played (``num_timesteps`` still counts the moves played).
+    :param images: with ``symmetries``: ``"all"`` trains each learner move and all its images (a rollout of
+        ``1 + len(symmetries)`` times the moves); ``"random"`` trains each as one of them drawn at random, the move
+        itself among them (:func:`~torchrl_mask.games.symmetry.random_images`; a rollout of the moves played).
     :raises ValueError: a negative ``pool_size``, a ``snapshot_every`` below 1, or a ``self_share`` outside
-        ``[0, 1)``, or above 0 without a pool or fixed players.
+        ``[0, 1)``, or above 0 without a pool or fixed players; ``images`` neither ``"all"`` nor ``"random"``, or
+        ``"random"`` without symmetries.
     :raises TypeError: a policy of another kind (for an LSTM policy:
         :class:`~torchrl_mask.games.recurrent_selfplay.RecurrentSelfPlayPolicy`).
     """
@@ -116,6 +121,7 @@ class SelfPlayPolicy(TensorDictModuleBase):
         self_share: float = 0.0,
         *,
         symmetries: Sequence[Symmetry] = (),
+        images: Literal["all", "random"] = "all",
     ) -> None:
         if pool_size < 0 or snapshot_every < 1:
             raise ValueError(
@@ -125,6 +131,9 @@ class SelfPlayPolicy(TensorDictModuleBase):
         if self_share and not pool_size and not fixed:
             raise ValueError(f"self_share={self_share} without a pool or fixed players: pure self-play (pool_size=0) "
                              "already plays every game against itself; give self_share=0.")  # fmt: skip
+        if images not in ("all", "random") or (images == "random" and not symmetries):
+            raise ValueError(f"images={images!r} with {len(symmetries)} symmetries: use 'all' or 'random', and "
+                             "'random' only with a game's symmetries (it draws among a move's images).")  # fmt: skip
         super().__init__()
         try:
             self.learner = self._module_type(policy)
@@ -138,6 +147,7 @@ class SelfPlayPolicy(TensorDictModuleBase):
         )
         self.snapshot_every = snapshot_every
         self.symmetries = tuple(symmetries)
+        self.images = images
         self.rollouts = 0  # rollouts seen, for the snapshot schedule
         self.snapshots = 0  # snapshots taken so far
         self.latest_slot = -1  # the pool slot the latest snapshot went into
@@ -304,7 +314,11 @@ class SelfPlayRollout(CollectorRollout):
         # no minibatch of one row (NaN normalisation)
         batch_size = self.model.batch_size if self.model.normalize_advantage else None
         rows = pack_rows(transitions, self.model.n_envs, batch_size)
-        if self.players.symmetries:  # each image's trajectories after the played ones, each cut where it ends
+        if self.players.symmetries and self.players.images == "random":  # each move as one image, in its place
+            buffer = self._extend(
+                pack_rows(random_images(transitions, self.players.symmetries), self.model.n_envs, batch_size)
+            )
+        elif self.players.symmetries:  # each image's trajectories after the played ones, each cut where it ends
             images = [image_moves(transitions, symmetry) for symmetry in self.players.symmetries]
             buffer = self._extend(pack_rows(torch.cat([transitions, *images]), self.model.n_envs, batch_size))
         else:

@@ -9,7 +9,10 @@ images of each Go position so.
 A :class:`Symmetry` maps a seat's view, channels-last planes ``(..., H, W, C)`` (PettingZoo's boards), and the
 action indices with it. :func:`board_symmetries` builds a board's group (Connect Four's mirror, a square board's
 eight) and :data:`GAME_SYMMETRIES` names each game's. :func:`image_moves` images the learner's moves, which
-:class:`~torchrl_mask.games.selfplay.SelfPlayRollout` adds to the rollout beside the moves played.
+:class:`~torchrl_mask.games.selfplay.SelfPlayRollout` adds to the rollout beside the moves played;
+:func:`random_images` puts each move in one of its images instead, drawn at random (the move itself among them),
+as KataGo draws one symmetry for each training position: the rollout keeps its size, and the images are met
+across rollouts rather than all at once.
 
 Example:
     >>> import torch
@@ -22,7 +25,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -31,7 +34,7 @@ from tensordict import TensorDictBase
 
 from torchrl_mask.rollout import storage as st
 
-__all__ = ["GAME_SYMMETRIES", "Symmetry", "board_symmetries", "game_symmetries", "image_moves"]
+__all__ = ["GAME_SYMMETRIES", "Symmetry", "board_symmetries", "game_symmetries", "image_moves", "random_images"]
 
 Planes = Callable[[torch.Tensor], torch.Tensor]
 
@@ -154,3 +157,26 @@ def image_moves(moves: TensorDictBase, symmetry: Symmetry) -> TensorDictBase:
     image.set(st.ACTION_MASK, symmetry.mask(moves.get(st.ACTION_MASK)))
     image.set(st.ACTION, symmetry.actions(moves.get(st.ACTION)).to(moves.get(st.ACTION).dtype))
     return image
+
+
+def random_images(moves: TensorDictBase, symmetries: Sequence[Symmetry]) -> TensorDictBase:
+    """Each move as one of its images, drawn uniformly from the identity and ``symmetries`` (torch's default
+    generator, so a seeded run draws alike), each imaged as :func:`image_moves` images it: its view, mask and
+    action imaged, its log-probability, value, reward and done the played move's.
+
+    :param moves: ``(N,)`` moves, as :func:`image_moves` takes them.
+    :param symmetries: the game's symmetries, the identity left out (:data:`GAME_SYMMETRIES`).
+    :return: new ``(N,)`` moves, in the same order: each the move played or one of its images.
+    """
+    drawn = torch.randint(len(symmetries) + 1, moves.batch_size)  # 0: the move as played
+    imaged = moves.copy()
+    keys = [key for key in (st.OBSERVATION, ("next", st.OBSERVATION), st.ACTION_MASK, st.ACTION)
+            if key in moves.keys(include_nested=True)]  # fmt: skip
+    for key in keys:
+        imaged.set(key, moves.get(key).clone())
+    for index, symmetry in enumerate(symmetries, start=1):
+        chosen = drawn == index
+        image = image_moves(moves[chosen], symmetry)
+        for key in keys:
+            imaged.get(key)[chosen] = image.get(key)
+    return imaged
