@@ -305,10 +305,16 @@ def test_which_symmetries_a_run_trains_on() -> None:
     assert names("--env", "pettingzoo:connect_four_v3", "--no-symmetries") == []
     assert names("--env", "pettingzoo:connect_four_v3", "--algo", "ppo_lstm_mask") == []
     assert names("--env", "pettingzoo:leduc_holdem_v4") == []
-    random = config_from_args(
-        build_parser().parse_args(["train", "--env", "pettingzoo:tictactoe_v3", "--images", "random"])
-    )
-    assert random.images == "random" and config_from_args(build_parser().parse_args(["train"])).images == "all"
+
+    def images(*given: str) -> str:
+        return config_from_args(build_parser().parse_args(["train", *given])).images
+
+    assert images("--env", "pettingzoo:tictactoe_v3") == "random"  # the game's (GAME_IMAGES)
+    assert images("--env", "pettingzoo:connect_four_v3") == images("--env", "Taxi-v4") == "all"  # none listed
+    assert images("--env", "pettingzoo:tictactoe_v3", "--images", "all") == "all"  # as given
+    assert images("--env", "pettingzoo:connect_four_v3", "--images", "random") == "random"
+    assert images("--env", "pettingzoo:tictactoe_v3", "--no-symmetries") == "all"  # no images, nothing to draw
+    assert images("--env", "pettingzoo:tictactoe_v3", "--algo", "ppo_lstm_mask") == "all"
 
 
 def test_a_pool_size_above_the_bound_is_one_line_exit_2_naming_it(tmp_path: Path) -> None:
@@ -338,8 +344,18 @@ def test_the_board_games_train_against_their_league_unless_told_otherwise(given:
     assert (four.pool_size, four.league_players, four.fixed_share) == (4, ("heuristic", "negamax_2", "random"), None)
     given = ["train", "--env", "pettingzoo:connect_four_v3", "--fixed-share", "0.2", "--self-share", "0.25"]
     shares = config_from_args(build_parser().parse_args(given))
-    assert (shares.fixed_share, shares.self_share) == (0.2, 0.25)
+    assert (shares.fixed_share, shares.self_share) == (0.2, 0.25)  # as given
     assert config.self_share == four.self_share == 0.0  # no games against itself, unless --self-share
+    alone = config_from_args(
+        build_parser().parse_args(["train", "--env", "pettingzoo:connect_four_v3", "--pool-size", "0"])
+    )
+    assert alone.self_share == 0.0 and alone.fixed_share is None  # no league: no share to give
+    fixed = config_from_args(
+        build_parser().parse_args(
+            ["train", "--env", "pettingzoo:connect_four_v3", "--pool-size", "0", "--fixed-share", "0.3"]
+        )
+    )
+    assert fixed.fixed_share == 0.3  # as given, league or not (check_league says what it is of)
     other = config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:leduc_holdem_v4"]))
     assert (other.pool_size, other.league_players) == (0, ())  # a card game: pure self-play by default
 

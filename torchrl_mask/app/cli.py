@@ -66,6 +66,7 @@ from torchrl_mask.app.config import (
     check_hyperparams,
     game_fixed_share,
     game_hyperparams,
+    game_images,
     game_league,
     game_self_share,
     load_conf_file,
@@ -303,10 +304,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         overwrite=args.overwrite,
         pool_size=pool_size,
         league_players=league_players,
-        fixed_share=game_fixed_share(args.env, args.fixed_share),
+        fixed_share=game_fixed_share(args.env, args.fixed_share, bool(pool_size or league_players)),
         self_share=game_self_share(args.env, args.self_share, bool(pool_size or league_players)),
         symmetries=args.symmetries,
-        images=args.images,
+        images=game_images(args.env, args.images, args.symmetries is not False and args.algo == "ppo_mask"),
         algo=args.algo,
     )
 

@@ -32,6 +32,7 @@ from torchrl_mask.app import run_folder
 from torchrl_mask.app.game_config import (
     GAME_FIXED_SHARES,
     GAME_HYPERPARAMS,
+    GAME_IMAGES,
     GAME_LEAGUES,
     GAME_PREFIX,
     GAME_SELF_SHARES,
@@ -39,6 +40,7 @@ from torchrl_mask.app.game_config import (
     check_pool_size,
     game_fixed_share,
     game_hyperparams,
+    game_images,
     game_league,
     game_self_share,
 )
@@ -57,6 +59,7 @@ __all__ = [
     "DEFAULT_HYPERPARAMS",
     "GAME_FIXED_SHARES",
     "GAME_HYPERPARAMS",
+    "GAME_IMAGES",
     "GAME_LEAGUES",
     "GAME_PREFIX",
     "GAME_SELF_SHARES",
@@ -76,6 +79,7 @@ __all__ = [
     "failed",
     "game_fixed_share",
     "game_hyperparams",
+    "game_images",
     "game_league",
     "game_self_share",
     "load_conf_file",

@@ -57,8 +57,8 @@ def add_league_options(train: argparse.ArgumentParser) -> None:
     train.add_argument(
         "--images",
         choices=("all", "random"),
-        default="all",
+        default=None,
         help="pettingzoo:<game> with symmetries only: train on each move and all its images (all), or on each move "
         "as one of them drawn at random, the move itself among them (random: a rollout of the moves played, the "
-        "images met across rollouts; default: all)",
+        "images met across rollouts; default: random for tictactoe_v3, all for connect_four_v3)",
     )

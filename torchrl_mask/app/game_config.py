@@ -4,13 +4,14 @@ the bound on ``--pool-size``. Nothing heavy is imported; :mod:`torchrl_mask.app.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from torchrl_mask.app.hyperparams import UsageError
 
 __all__ = [
     "GAME_FIXED_SHARES",
     "GAME_HYPERPARAMS",
+    "GAME_IMAGES",
     "GAME_LEAGUES",
     "GAME_PREFIX",
     "GAME_SELF_SHARES",
@@ -19,6 +20,7 @@ __all__ = [
     "check_pool_size",
     "game_fixed_share",
     "game_hyperparams",
+    "game_images",
     "game_league",
     "game_self_share",
 ]
@@ -30,19 +32,22 @@ POOL_SIZE_MAX = 64
 
 # torchrl-mask train --env pettingzoo:<game>: self-play defaults. n_timesteps counts the moves trained on, n_envs
 # the games played side by side, n_steps the moves of each per rollout. Chosen by the runs in docs/benchmarks.md
-# ("Self-play defaults", "A league for tic-tac-toe", "A league for Connect Four", "Self-play speed"): a larger
-# ent_coef lets tic-tac-toe meet the positions a random player makes; both play 128 games of 8 moves a rollout (the
-# same 1024 moves: one policy forward, and one step of the numpy boards, for 128 games; the runs' times are in those
-# sections). Both train on each move's images under their symmetries too (torchrl_mask.games.symmetry: tic-tac-toe's
-# 7, Connect Four's mirror), in 2 epochs: a move then makes 16 passes through the network in tic-tac-toe, 4 in
-# Connect Four.
+# ("Self-play defaults", "A league for tic-tac-toe", "A league for Connect Four", "Self-play speed", "Small networks
+# at the game's speed"): a larger ent_coef lets tic-tac-toe meet the positions a random player makes. Tic-tac-toe
+# trains a small BoardCNN (16 channels, no residual block) on 512 games of 8 moves a rollout (one policy forward, and
+# one step of the numpy boards, for all of them), each move as one of its eight images drawn at random
+# (GAME_IMAGES): a move makes 2 passes through the network in 2 epochs, and a run trains on eight times the moves
+# the larger network did (the times: docs/benchmarks.md). Connect Four plays 128 games of 8 moves, trains each move
+# beside its mirror image (4 passes in 2 epochs), with the default BoardCNN: the smaller, faster ones lost its
+# one-ply target.
 # The board games (channels-last planes) read their board through the convolutional BoardCNN
 # (torchrl_mask.games.network, named as text so that this module imports no torch).
 _BOARD = {"features_extractor_class": "BoardCNN"}
 GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
-    "tictactoe_v3": {"n_timesteps": 150_000, "n_envs": 128, "n_steps": 8, "batch_size": 256, "n_epochs": 2,
+    "tictactoe_v3": {"n_timesteps": 1_200_000, "n_envs": 512, "n_steps": 8, "batch_size": 256, "n_epochs": 2,
                      "learning_rate": "lin_1e-3", "ent_coef": 0.1, "gamma": 0.99,
-                     "policy_kwargs": {"net_arch": [64, 64], **_BOARD}},
+                     "policy_kwargs": {"net_arch": [64, 64], **_BOARD, "features_extractor_kwargs": {
+                         "channels": 16, "residual_blocks": 0, "features_dim": 64}}},
     # cards: short games of few moves; a small network, a lower learning rate (chips are noisy rewards)
     "leduc_holdem_v4": {"n_timesteps": 200_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
                         "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.99,
@@ -82,12 +87,24 @@ GAME_LEAGUES: dict[str, tuple[int, tuple[str, ...]]] = {
 }
 
 # A game's default share of its league's games for the fixed players (--fixed-share; League's fixed_share), the
-# snapshots the rest. None has one: docs/benchmarks.md, "A league for Connect Four", measures why.
+# snapshots the rest (of the games not against itself). None has one: docs/benchmarks.md, "A league for Connect
+# Four", measures why.
 GAME_FIXED_SHARES: dict[str, float] = {}
 
 # A game's default share of its league's games that the learner plays against itself, every seat learning
-# (--self-share; League's self_share). None has one yet.
+# (--self-share; League's self_share). None has one: Connect Four's fast configurations with one lost its one-ply
+# target (docs/benchmarks.md, "Small networks at the game's speed").
 GAME_SELF_SHARES: dict[str, float] = {}
+
+
+#: How a run trains on its moves' images: each move and all its images, or one of them drawn at random.
+Images = Literal["all", "random"]
+
+# How a game trains on its moves' images by default (--images; SelfPlayPolicy's images): "all" (each move and all
+# its images) unless listed. Tic-tac-toe draws one of its eight at random for each move: its seven images made a
+# rollout eight times the moves played (docs/benchmarks.md, "Small networks at the game's speed"). Connect Four
+# keeps its mirror beside each move: its faster configurations lost the one-ply target.
+GAME_IMAGES: dict[str, Images] = {"tictactoe_v3": "random"}
 
 
 #: What ``--algo ppo_lstm_mask`` adds to a game's ``policy_kwargs``: a smaller LSTM than sb3-contrib's 256 units
@@ -123,15 +140,16 @@ def game_league(env_id: str, pool_size: int | None, players: list[str] | None) -
     return pool_size or 0, tuple(players or ())
 
 
-def game_fixed_share(env_id: str, given: float | None) -> float | None:
+def game_fixed_share(env_id: str, given: float | None, league: bool = True) -> float | None:
     """The fixed players' share of a league's games: ``--fixed-share`` if given, else the game's
-    (:data:`GAME_FIXED_SHARES`), else None (one draw over all the opponents).
+    (:data:`GAME_FIXED_SHARES`) when the run has a league, else None (one draw over all the opponents).
 
     :param env_id: ``"pettingzoo:connect_four_v3"``, or a gymnasium id (no league).
     :param given: ``--fixed-share``, None if not given.
+    :param league: the run has a league (snapshots or fixed players); without one, there is no share to give.
     :return: the share, or None.
     """
-    if given is not None or not env_id.startswith(GAME_PREFIX):
+    if given is not None or not league or not env_id.startswith(GAME_PREFIX):
         return given
     return GAME_FIXED_SHARES.get(env_id.removeprefix(GAME_PREFIX))
 
@@ -150,6 +168,22 @@ def game_self_share(env_id: str, given: float | None, league: bool) -> float:
     if not league or not env_id.startswith(GAME_PREFIX):
         return 0.0
     return GAME_SELF_SHARES.get(env_id.removeprefix(GAME_PREFIX), 0.0)
+
+
+def game_images(env_id: str, given: Images | None, symmetries: bool) -> Images:
+    """How a run trains on its moves' images: ``--images`` if given, else the game's (:data:`GAME_IMAGES`) when
+    the run trains on images at all, else ``"all"`` (which then has nothing to image).
+
+    :param env_id: ``"pettingzoo:tictactoe_v3"``, or a gymnasium id.
+    :param given: ``--images``, None if not given.
+    :param symmetries: the run trains on its game's symmetries (not ``--no-symmetries``, not an LSTM).
+    :return: ``"all"`` or ``"random"``.
+    """
+    if given is not None:
+        return given
+    if not symmetries or not env_id.startswith(GAME_PREFIX):
+        return "all"
+    return GAME_IMAGES.get(env_id.removeprefix(GAME_PREFIX), "all")
 
 
 def check_pool_size(pool_size: int) -> None:

@@ -47,6 +47,7 @@ from torchrl_mask.app.config import (
     UsageError,
     check_minibatches,
     game_fixed_share,
+    game_images,
     game_league,
     game_self_share,
 )
@@ -110,8 +111,10 @@ def _train_config(config: TuneConfig, hyperparams: dict[str, Any], seed: int) ->
     return TrainConfig(
         env_id=config.env_id, n_timesteps=config.n_timesteps, n_envs=config.n_envs, hyperparams=rest, seed=seed,
         eval_episodes=config.eval_episodes, verbose=0, progress_bar=False, algo=config.algo,  # type: ignore[arg-type]
-        pool_size=pool_size, league_players=league_players, fixed_share=game_fixed_share(config.env_id, None),
+        pool_size=pool_size, league_players=league_players,
+        fixed_share=game_fixed_share(config.env_id, None, bool(pool_size or league_players)),
         self_share=game_self_share(config.env_id, None, bool(pool_size or league_players)),
+        images=game_images(config.env_id, None, config.algo == "ppo_mask"),
     )  # fmt: skip
 
 
