@@ -76,9 +76,8 @@ class GameRecord:
 def model_player(model: BaseAlgorithm) -> Player:
     """A trained model as a player: ``model.predict`` with the mask, deterministic.
 
-    An LSTM model (``MaskableRecurrentPPO``) gives a :class:`RecurrentPlayer`, which carries its state from one of
-    its moves to the next; :func:`play_games` seats a fresh one (:meth:`RecurrentPlayer.fresh`) in each seat of
-    each game.
+    An LSTM model (``MaskableRecurrentPPO``) gives a :class:`RecurrentPlayer`, its state carried from move to move;
+    :func:`play_games` seats a fresh one (:meth:`RecurrentPlayer.fresh`) in each seat of each game.
 
     :param model: a MaskablePPO or MaskableRecurrentPPO (any model whose ``predict`` takes ``action_masks=``).
     :return: the player.
@@ -89,8 +88,7 @@ def model_player(model: BaseAlgorithm) -> Player:
 
 
 class ModelPlayer(BatchPlayer):
-    """A feed-forward model as a player: ``model.predict`` with the masks, deterministic, one call for all the
-    games it moves in at a time.
+    """A feed-forward model as a player: ``model.predict`` with the masks, deterministic, over all its waiting games.
 
     :param model: a MaskablePPO (any model whose ``predict`` takes ``action_masks=``).
     """
@@ -111,8 +109,7 @@ class ModelPlayer(BatchPlayer):
 
 
 class RecurrentPlayer:
-    """An LSTM model as a player of one seat in one game: each move feeds the state its last move returned, the
-    first starts from zeros (``episode_start``), as sb3-contrib's ``predict`` carries it.
+    """An LSTM model as a player of one seat in one game: its state carried from move to move, from zeros at first.
 
     :param model: a MaskableRecurrentPPO.
     """
@@ -140,8 +137,7 @@ class RecurrentPlayer:
 
 
 def seated(player: Player) -> Player:
-    """``player`` as it takes a seat in a new game: a fresh copy of a player with a state (:class:`RecurrentPlayer`),
-    the same function otherwise.
+    """``player`` taking a seat in a new game: a fresh copy of a stateful one (:class:`RecurrentPlayer`), else itself.
 
     :param player: a player.
     :return: the player for one seat of one game.
@@ -163,8 +159,7 @@ class _Table:
     illegal: np.ndarray
 
     def turn(self, seats: list[str]) -> tuple[int, np.ndarray, np.ndarray] | None:
-        """Play the finished seats' passes up to the next seat to move, adding up rewards as ``agent_iter`` and
-        ``last`` give them: that seat's index, view and mask, or None once the game is over."""
+        """Play to the next seat to move, adding up rewards: its index, view and mask, or None once the game is over."""
         env = self.env
         while env.agents:  # AEC's agent_iter, one agent at a time
             observation, reward, terminated, truncated, _ = env.last()
@@ -181,12 +176,11 @@ def play_games(
 ) -> list[GameRecord]:
     """Play ``player`` against ``opponent`` in every other seat, ``games`` times, the player's seat in turn.
 
-    Game ``i`` seats the player at ``i % n_seats`` (each seat the same share of the games) and the opponent in
-    the others. Up to ``side_by_side`` games are played at once, each in its own AEC env: at every round each game
-    is played up to its next move, and a player then moves in all the games that wait on it in one call
-    (:func:`~torchrl_mask.games.players.moves`: one ``predict`` over their boards for a model, one search for a
-    :class:`~torchrl_mask.games.players.BatchPlayer`). The games' deals come first from one generator seeded by
-    ``seed``, then the players' random choices, in the games' order; the same seed gives the same records.
+    Game ``i`` seats the player at ``i % n_seats`` (each seat the same share of the games), the opponent in the
+    others. Up to ``side_by_side`` games are played at once, each in its own AEC env, each up to its next move, and
+    a player then moves in all the games that wait on it in one call (:func:`~torchrl_mask.games.players.moves`:
+    one ``predict`` for a model, one search for a :class:`~torchrl_mask.games.players.BatchPlayer`). The deals come
+    first from one generator seeded by ``seed``, then the players' random choices: one seed, the same records.
 
     :param game: a ``pettingzoo.classic`` game's name, or an AEC env (:func:`~torchrl_mask.games.env.make_game`;
         its games are played one at a time).
@@ -357,9 +351,8 @@ class WinRates(BaseCallback):
     :param game: the game's name.
     :param every: moves trained on between measurements; 0 with ``players``: at the snapshots only.
     :param games: games per opponent at each measurement.
-    :param seed: seeds the evaluation games: point ``i``'s by :meth:`point_seed` ``(i)``, a draw of its own, so that
-        the points' sampling errors are independent (with one seed at every point, the few games of each replay
-        much alike once the weights settle, and the whole curve can sit above or below the model's strength).
+    :param seed: seeds the evaluation games, each point's its own (:meth:`point_seed`): with one seed for all, a settled
+        model replays much the same games at every point, and the whole curve can sit off the model's strength.
     :param players: a :class:`~torchrl_mask.games.selfplay.SelfPlayPolicy` with a pool, whose snapshots are
         measured as they are taken (its ``snapshots`` count and ``latest_slot``).
     """
@@ -375,11 +368,10 @@ class WinRates(BaseCallback):
         self._measuring = 0.0  # seconds spent measuring, left out of the points' training time
 
     def point_seed(self, index: int) -> int:
-        """The seed of the games of the ``index``-th point (from 0): ``seed + 1 + index``, so that no point replays
-        another's games, nor those of a final evaluation seeded by ``seed``.
+        """Point ``index``'s seed, ``seed + 1 + index``: no point replays another's games, nor a final evaluation's.
 
         :param index: the point's place in :attr:`points`.
-        :return: the seed handed to :func:`evaluate_games` for each opponent.
+        :return: the seed of its games against each opponent.
         """
         return self.seed + 1 + index
 
@@ -401,9 +393,8 @@ class WinRates(BaseCallback):
         if self.players is not None:  # the weights the latest snapshot copied are the model's now
             self._snapshots = self.players.snapshots
             point["snapshot"] = self.players.latest_slot if snapshot else -1
-        seed = self.point_seed(len(self.points))
         for opponent in ladder(self.game).opponents:
-            result = evaluate_games(self.model, self.game, opponent, self.games, seed)
+            result = evaluate_games(self.model, self.game, opponent, self.games, self.point_seed(len(self.points)))
             point.update({f"vs_{opponent}_{key}": value for key, value in point_values(result).items()})
         self.points.append(point)
         self._measuring += time.perf_counter() - began
