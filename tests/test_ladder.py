@@ -157,7 +157,7 @@ def test_win_rates_draws_each_points_games_afresh() -> None:
     assert len({7, *seeds}) == 3  # neither point replays the other's games, nor a final evaluation's (seed 7)
     for point, seed in zip(rates.points, seeds, strict=True):
         assert point["vs_random_win"] == evaluate_games(model, "connect_four_v3", "random", 20, seed)["win"]
-    firsts, seconds = (
+    first_point, second_point = (
         [point[f"vs_{name}_win"] for name in ("random", "heuristic", "negamax_2")] for point in rates.points
     )
-    assert firsts != seconds  # two draws of 20 games: one model, other figures
+    assert first_point != second_point  # two draws of 20 games: one model, other figures

@@ -37,6 +37,7 @@ from torchrl_mask.app.game_config import (
     GAME_PREFIX,
     GAME_SELF_SHARES,
     POOL_SIZE_MAX,
+    Images,
     check_pool_size,
     game_fixed_share,
     game_hyperparams,
@@ -327,7 +328,7 @@ class TrainConfig:
     fixed_share: float | None = None
     self_share: float = 0.0
     symmetries: bool | None = None
-    images: Literal["all", "random"] = "all"
+    images: Images = "all"
     algo: Literal["ppo_mask", "ppo_lstm_mask"] = "ppo_mask"
 
     def output_dir(self) -> Path:

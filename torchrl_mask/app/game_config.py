@@ -140,7 +140,7 @@ def game_league(env_id: str, pool_size: int | None, players: list[str] | None) -
     return pool_size or 0, tuple(players or ())
 
 
-def game_fixed_share(env_id: str, given: float | None, league: bool = True) -> float | None:
+def game_fixed_share(env_id: str, given: float | None, league: bool) -> float | None:
     """The fixed players' share of a league's games: ``--fixed-share`` if given, else the game's
     (:data:`GAME_FIXED_SHARES`) when the run has a league, else None (one draw over all the opponents).
 

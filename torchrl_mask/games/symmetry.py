@@ -133,6 +133,10 @@ def game_symmetries(game: str) -> tuple[Symmetry, ...]:
     return GAME_SYMMETRIES.get(game, ())
 
 
+#: The entries of a move that its image changes (:func:`image_moves`); the rest are the played move's.
+_IMAGED = (st.OBSERVATION, ("next", st.OBSERVATION), st.ACTION_MASK, st.ACTION)
+
+
 def image_moves(moves: TensorDictBase, symmetry: Symmetry) -> TensorDictBase:
     """Moves' images: each view, mask and action imaged, the rest (log-probability, value, reward, next value,
     done) the played move's.
@@ -170,13 +174,12 @@ def random_images(moves: TensorDictBase, symmetries: Sequence[Symmetry]) -> Tens
     """
     drawn = torch.randint(len(symmetries) + 1, moves.batch_size)  # 0: the move as played
     imaged = moves.copy()
-    keys = [key for key in (st.OBSERVATION, ("next", st.OBSERVATION), st.ACTION_MASK, st.ACTION)
-            if key in moves.keys(include_nested=True)]  # fmt: skip
+    keys = [key for key in _IMAGED if key in moves.keys(include_nested=True)]
     for key in keys:
         imaged.set(key, moves.get(key).clone())
     for index, symmetry in enumerate(symmetries, start=1):
         chosen = drawn == index
-        image = image_moves(moves[chosen], symmetry)
+        image = image_moves(moves.select(*keys)[chosen], symmetry)  # only the entries an image changes
         for key in keys:
             imaged.get(key)[chosen] = image.get(key)
     return imaged
