@@ -341,11 +341,12 @@ def test_the_board_games_train_against_their_league_unless_told_otherwise(given:
     assert (config.pool_size, config.league_players) == league
     assert config.fixed_share is None  # one draw over all the opponents, unless --fixed-share
     four = config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:connect_four_v3"]))
-    assert (four.pool_size, four.league_players, four.fixed_share) == (4, ("heuristic", "negamax_2", "random"), None)
+    assert (four.pool_size, four.league_players) == (4, ("heuristic", "negamax_2", "random"))
+    assert (four.fixed_share, four.self_share) == (0.5, 0.5)  # Connect Four's own shares
     given = ["train", "--env", "pettingzoo:connect_four_v3", "--fixed-share", "0.2", "--self-share", "0.25"]
     shares = config_from_args(build_parser().parse_args(given))
     assert (shares.fixed_share, shares.self_share) == (0.2, 0.25)  # as given
-    assert config.self_share == four.self_share == 0.0  # no games against itself, unless --self-share
+    assert config.self_share == 0.0  # tic-tac-toe: no games against itself, unless --self-share
     alone = config_from_args(
         build_parser().parse_args(["train", "--env", "pettingzoo:connect_four_v3", "--pool-size", "0"])
     )
@@ -358,6 +359,19 @@ def test_the_board_games_train_against_their_league_unless_told_otherwise(given:
     assert fixed.fixed_share == 0.3  # as given, league or not (check_league says what it is of)
     other = config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:leduc_holdem_v4"]))
     assert (other.pool_size, other.league_players) == (0, ())  # a card game: pure self-play by default
+
+
+def test_connect_four_runs_on_two_threads_unless_told_otherwise_or_its_envs_step_in_workers() -> None:
+    def threads(*given: str) -> int:
+        return config_from_args(build_parser().parse_args(["train", *given])).threads
+
+    cores = len(os.sched_getaffinity(0))
+    assert threads("--env", "pettingzoo:connect_four_v3") == min(2, cores)  # at most the cores it may use
+    assert threads("--env", "pettingzoo:connect_four_v3", "--collector", "sync") == min(2, cores)
+    assert threads("--env", "pettingzoo:connect_four_v3", "--threads", "1") == 1  # as given
+    assert threads("--env", "pettingzoo:connect_four_v3", "--collector", "multisync") == 1  # the workers' cores
+    assert threads("--env", "pettingzoo:connect_four_v3", "--collector", "multisync", "--threads", "3") == 3
+    assert threads("--env", "pettingzoo:tictactoe_v3") == threads("--env", "Taxi-v4") == 1  # not listed
 
 
 def test_the_curves_top_axis_gives_the_moves_at_each_time_and_labels_them_without_an_offset() -> None:

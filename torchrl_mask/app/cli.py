@@ -60,6 +60,7 @@ from torchrl_mask.app.config import (
     DEFAULT_HYPERPARAMS,
     GAME_HYPERPARAMS,
     GAME_PREFIX,
+    GAME_THREADS,
     TrainConfig,
     UsageError,
     check_config,
@@ -69,6 +70,7 @@ from torchrl_mask.app.config import (
     game_images,
     game_league,
     game_self_share,
+    game_threads,
     load_conf_file,
 )
 from torchrl_mask.app.game_args import add_league_options
@@ -196,8 +198,9 @@ def _add_how_to_run(train: argparse.ArgumentParser) -> None:
     train.add_argument(
         "--threads",
         type=_positive_int,
-        default=defaults.threads,
-        help="torch CPU threads (1 is fastest for small nets)",
+        default=None,
+        help=f"torch CPU threads (default: the game's, {GAME_THREADS['connect_four_v3']} for Connect Four, at most the "
+        f"cores this process may use; else {defaults.threads}, the fastest for small nets)",
     )
     train.add_argument(
         "--collector",
@@ -298,7 +301,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         tensorboard_log=args.tensorboard_log,
         verbose=args.verbose,
         progress_bar=not args.no_progress,
-        threads=args.threads,
+        threads=game_threads(args.env, args.threads, args.collector),
         collector=args.collector,
         conf_file=args.conf_file,
         overwrite=args.overwrite,

@@ -36,6 +36,7 @@ from torchrl_mask.app.game_config import (
     GAME_LEAGUES,
     GAME_PREFIX,
     GAME_SELF_SHARES,
+    GAME_THREADS,
     POOL_SIZE_MAX,
     Images,
     check_pool_size,
@@ -44,6 +45,7 @@ from torchrl_mask.app.game_config import (
     game_images,
     game_league,
     game_self_share,
+    game_threads,
 )
 from torchrl_mask.app.hyperparams import (
     DEFAULT_HYPERPARAMS,
@@ -64,6 +66,7 @@ __all__ = [
     "GAME_LEAGUES",
     "GAME_PREFIX",
     "GAME_SELF_SHARES",
+    "GAME_THREADS",
     "HYPERPARAMS",
     "POOL_SIZE_MAX",
     "TrainConfig",
@@ -83,6 +86,7 @@ __all__ = [
     "game_images",
     "game_league",
     "game_self_share",
+    "game_threads",
     "load_conf_file",
     "parse_hyperparam",
 ]
@@ -275,7 +279,8 @@ class TrainConfig:
     :param verbose: SB3's logger output: 0 none, 1 the training table, 2 also debug messages.
     :param progress_bar: show SB3's progress bar while training.
     :param threads: torch CPU threads (``torch.set_num_threads``); one is fastest for small networks, and far
-        faster than several when other processes share the cores.
+        faster than several when other processes share the cores. The CLI gives a game's
+        (:func:`~torchrl_mask.app.game_config.game_threads`: two for Connect Four) unless ``--threads``.
     :param collector: None steps the envs with SB3's ``DummyVecEnv``; ``"sync"`` collects with TorchRL's
         ``Collector`` over a ``SerialEnv`` in this process, ``"multisync"`` with TorchRL's
         ``MultiSyncCollector``, one worker process per env.

@@ -4,6 +4,7 @@ the bound on ``--pool-size``. Nothing heavy is imported; :mod:`torchrl_mask.app.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 
 from torchrl_mask.app.hyperparams import UsageError
@@ -15,6 +16,7 @@ __all__ = [
     "GAME_LEAGUES",
     "GAME_PREFIX",
     "GAME_SELF_SHARES",
+    "GAME_THREADS",
     "LSTM_GAME_KWARGS",
     "POOL_SIZE_MAX",
     "check_pool_size",
@@ -23,6 +25,7 @@ __all__ = [
     "game_images",
     "game_league",
     "game_self_share",
+    "game_threads",
 ]
 
 # The largest --pool-size: every snapshot is a full copy of the policy's weights, made at once (in every worker
@@ -37,9 +40,9 @@ POOL_SIZE_MAX = 64
 # trains a small BoardCNN (16 channels, no residual block) on 512 games of 8 moves a rollout (one policy forward, and
 # one step of the numpy boards, for all of them), each move as one of its eight images drawn at random
 # (GAME_IMAGES): a move makes 2 passes through the network in 2 epochs, and a run trains on eight times the moves
-# the larger network did (the times: docs/benchmarks.md). Connect Four plays 128 games of 8 moves, trains each move
-# beside its mirror image (4 passes in 2 epochs), with the default BoardCNN: the smaller, faster ones lost its
-# one-ply target.
+# the larger network did (the times: docs/benchmarks.md). Connect Four plays 256 games of 8 moves with a small
+# BoardCNN too (16 channels, no residual block, 128 features) and trains each move beside its mirror image (4 passes
+# in 2 epochs): one image a move drawn at random lost its one-ply target on three seeds of four.
 # The board games (channels-last planes) read their board through the convolutional BoardCNN
 # (torchrl_mask.games.network, named as text so that this module imports no torch).
 _BOARD = {"features_extractor_class": "BoardCNN"}
@@ -70,9 +73,10 @@ GAME_HYPERPARAMS: dict[str, dict[str, Any]] = {
                   "learning_rate": 3e-4, "ent_coef": 0.01, "gamma": 0.99, "policy_kwargs": {"net_arch": [128, 128]}},
     "default": {"n_timesteps": 150_000, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 10,
                 "learning_rate": 1e-3, "ent_coef": 0.1, "gamma": 0.99, "policy_kwargs": {"net_arch": [64, 64]}},
-    "connect_four_v3": {"n_timesteps": 1_500_000, "n_envs": 128, "n_steps": 8, "batch_size": 512, "n_epochs": 2,
+    "connect_four_v3": {"n_timesteps": 7_000_000, "n_envs": 256, "n_steps": 8, "batch_size": 512, "n_epochs": 2,
                         "learning_rate": "lin_1e-3", "ent_coef": 0.01, "gamma": 0.99,
-                        "policy_kwargs": {"net_arch": [128, 128], **_BOARD}},
+                        "policy_kwargs": {"net_arch": [128, 128], **_BOARD, "features_extractor_kwargs": {
+                            "channels": 16, "residual_blocks": 0, "features_dim": 128}}},
 }  # fmt: skip
 GAME_PREFIX = "pettingzoo:"
 
@@ -87,14 +91,20 @@ GAME_LEAGUES: dict[str, tuple[int, tuple[str, ...]]] = {
 }
 
 # A game's default share of its league's games for the fixed players (--fixed-share; League's fixed_share), the
-# snapshots the rest (of the games not against itself). None has one: docs/benchmarks.md, "A league for Connect
-# Four", measures why.
-GAME_FIXED_SHARES: dict[str, float] = {}
+# snapshots the rest (of the games not against itself); unlisted, one draw over all the opponents. Connect Four's
+# small network met its one-ply target with half (docs/benchmarks.md, "Connect Four at the game's speed"), and
+# missed it with none.
+GAME_FIXED_SHARES: dict[str, float] = {"connect_four_v3": 0.5}
 
 # A game's default share of its league's games that the learner plays against itself, every seat learning
-# (--self-share; League's self_share). None has one: Connect Four's fast configurations with one lost its one-ply
-# target (docs/benchmarks.md, "Small networks at the game's speed").
-GAME_SELF_SHARES: dict[str, float] = {}
+# (--self-share; League's self_share): both seats of those games train, so Connect Four collects one move for each
+# it trains on there. Tic-tac-toe lost games to random and perfect play with half (docs/benchmarks.md).
+GAME_SELF_SHARES: dict[str, float] = {"connect_four_v3": 0.5}
+
+# A game's default torch CPU threads (--threads) where a second thread pays: Connect Four's convolutions on 256
+# games (docs/benchmarks.md, "Connect Four at the game's speed"). At most the cores this process may use; 1 for the
+# other games (one is fastest for small networks) and with --collector multisync (its workers take the cores).
+GAME_THREADS: dict[str, int] = {"connect_four_v3": 2}
 
 
 #: How a run trains on its moves' images: each move and all its images, or one of them drawn at random.
@@ -184,6 +194,23 @@ def game_images(env_id: str, given: Images | None, symmetries: bool) -> Images:
     if not symmetries or not env_id.startswith(GAME_PREFIX):
         return "all"
     return GAME_IMAGES.get(env_id.removeprefix(GAME_PREFIX), "all")
+
+
+def game_threads(env_id: str, given: int | None, collector: str | None) -> int:
+    """The torch CPU threads a run uses: ``--threads`` if given, else the game's (:data:`GAME_THREADS`), at most
+    the cores this process may use, unless the envs step in worker processes; else 1.
+
+    :param env_id: ``"pettingzoo:connect_four_v3"``, or a gymnasium id.
+    :param given: ``--threads``, None if not given.
+    :param collector: ``--collector``: None, ``"sync"`` or ``"multisync"`` (its workers take the cores: 1).
+    :return: the threads, at least 1.
+    """
+    if given is not None:
+        return given
+    if collector == "multisync" or not env_id.startswith(GAME_PREFIX):
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(GAME_THREADS.get(env_id.removeprefix(GAME_PREFIX), 1), cores))
 
 
 def check_pool_size(pool_size: int) -> None:

@@ -120,9 +120,10 @@ def _train_game(config: TrainConfig) -> int:
         opponents += f"; each move also trained on in its images: {', '.join(images)}"
     workers = selfplay_training.worker_count(config.n_envs) if config.collector == "multisync" else 0
     where = f" in {workers} worker process{'es' if workers > 1 else ''}" if workers else ""
+    threads = f", {config.threads} torch threads" if config.threads > 1 else ""
     print(
         f"Training {ALGOS[config.algo]} on {config.env_id} by self-play ({opponents}) for {config.n_timesteps:,} "
-        f"moves: {config.n_envs} games side by side{where}, seed {config.seed}, device {config.device}."
+        f"moves: {config.n_envs} games side by side{where}, seed {config.seed}, device {config.device}{threads}."
     )
     result = selfplay_training.train(config)
     evaluation = result.evaluation
