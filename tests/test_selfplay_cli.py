@@ -20,6 +20,7 @@ from selfplay_faults import FaultyPolicy
 
 from torchrl_mask import MaskablePPO, MaskableRecurrentPPO, SeatEnv
 from torchrl_mask.app.cli import build_parser, config_from_args
+from torchrl_mask.app.config import UsageError
 
 pytestmark = pytest.mark.slow  # every test starts a CLI subprocess
 
@@ -343,6 +344,11 @@ def test_the_board_games_train_against_their_league_unless_told_otherwise(given:
     four = config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:connect_four_v3"]))
     assert (four.pool_size, four.league_players) == (4, ("heuristic", "negamax_2", "random"))
     assert (four.fixed_share, four.self_share) == (0.5, 0.5)  # Connect Four's own shares
+    given = ["train", "--env", "pettingzoo:connect_four_v3", "--fixed-share", "none", "--self-share", "0"]
+    drawn = config_from_args(build_parser().parse_args(given))
+    assert (drawn.fixed_share, drawn.self_share) == (None, 0.0)  # one draw over all the opponents, asked for
+    with pytest.raises(UsageError, match=r"'half' is not a share of games.*or none for one draw"):
+        build_parser().parse_args(["train", "--env", "pettingzoo:connect_four_v3", "--fixed-share", "half"])
     given = ["train", "--env", "pettingzoo:connect_four_v3", "--fixed-share", "0.2", "--self-share", "0.25"]
     shares = config_from_args(build_parser().parse_args(given))
     assert (shares.fixed_share, shares.self_share) == (0.2, 0.25)  # as given

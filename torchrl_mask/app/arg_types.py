@@ -17,6 +17,7 @@ from torchrl_mask.app.hyperparams import HYPERPARAMS, UsageError, parse_hyperpar
 __all__ = [
     "HelpFormatter",
     "Parser",
+    "fixed_share",
     "hyperparam",
     "n_timesteps",
     "non_negative_int",
@@ -85,6 +86,25 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> Any:  # argparse's hook; typed NoReturn there
         raise UsageError(f"{message}; see `{self.prog} --help`.")
+
+
+def fixed_share(text: str) -> float | str:
+    """``--fixed-share``: the fixed players' share of a league's games (its range is checked with the league), or
+    ``none`` for one draw over all the opponents, whatever the game's default.
+
+    :param text: the option's value.
+    :return: the share, or ``"none"``.
+    :raises argparse.ArgumentTypeError: neither a number nor ``none``.
+    """
+    if text.strip().lower() == "none":
+        return "none"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a share of games: give one in [0, 1] (0.5: half the league's games to its fixed "
+            "players), or none for one draw over all the opponents"
+        ) from None
 
 
 def self_share(text: str) -> float:

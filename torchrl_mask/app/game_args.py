@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from torchrl_mask.app.arg_types import non_negative_int, self_share
+from torchrl_mask.app.arg_types import fixed_share, non_negative_int, self_share
 
 __all__ = ["add_league_options"]
 
@@ -33,11 +33,12 @@ def add_league_options(train: argparse.ArgumentParser) -> None:
     )
     train.add_argument(
         "--fixed-share",
-        type=float,
+        type=fixed_share,
         default=None,
         metavar="F",
-        help="pettingzoo:<game> only: the league's fixed players' share of its games, in [0, 1], the snapshots the "
-        "rest, each group drawn within by what the learner does not beat (default: one draw over all the opponents)",
+        help="pettingzoo:<game> only: the league's fixed players' share of its games not against itself, in [0, 1], "
+        "the snapshots the rest, each group drawn within by what the learner does not beat; none: one draw over all "
+        "the opponents (default: the game's, 0.5 for Connect Four, else none)",
     )
     train.add_argument(
         "--self-share",
@@ -45,7 +46,8 @@ def add_league_options(train: argparse.ArgumentParser) -> None:
         default=None,
         metavar="F",
         help="pettingzoo:<game> only: the share of the league's games, in [0, 1), that the learner plays against "
-        "itself, every seat learning; the rest are drawn as without it (default: 0)",
+        "itself, every seat learning; the rest are drawn as without it (default: the game's, 0.5 for Connect Four, "
+        "else 0)",
     )
     train.add_argument(
         "--symmetries",

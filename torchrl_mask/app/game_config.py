@@ -150,15 +150,17 @@ def game_league(env_id: str, pool_size: int | None, players: list[str] | None) -
     return pool_size or 0, tuple(players or ())
 
 
-def game_fixed_share(env_id: str, given: float | None, league: bool) -> float | None:
-    """The fixed players' share of a league's games: ``--fixed-share`` if given, else the game's
+def game_fixed_share(env_id: str, given: float | str | None, league: bool) -> float | None:
+    """The fixed players' share of a league's games: ``--fixed-share`` if given (``"none"``: None), else the game's
     (:data:`GAME_FIXED_SHARES`) when the run has a league, else None (one draw over all the opponents).
 
     :param env_id: ``"pettingzoo:connect_four_v3"``, or a gymnasium id (no league).
-    :param given: ``--fixed-share``, None if not given.
+    :param given: ``--fixed-share``: a share, ``"none"`` for one draw over all the opponents, None if not given.
     :param league: the run has a league (snapshots or fixed players); without one, there is no share to give.
     :return: the share, or None.
     """
+    if isinstance(given, str):
+        return None
     if given is not None or not league or not env_id.startswith(GAME_PREFIX):
         return given
     return GAME_FIXED_SHARES.get(env_id.removeprefix(GAME_PREFIX))
