@@ -200,7 +200,8 @@ def _add_how_to_run(train: argparse.ArgumentParser) -> None:
         type=_positive_int,
         default=None,
         help=f"torch CPU threads (default: the game's, {GAME_THREADS['connect_four_v3']} for Connect Four, at most the "
-        f"cores this process may use; else {defaults.threads}, the fastest for small nets)",
+        f"cores this process may use; else {defaults.threads}, the fastest for small nets; give 1 where other work "
+        "shares the cores: two threads then slow a run down)",
     )
     train.add_argument(
         "--collector",
