@@ -10,7 +10,7 @@ Example:
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Literal
 
 from torchrl_mask.app.hyperparams import HYPERPARAMS, UsageError, parse_hyperparam
 
@@ -88,7 +88,7 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message}; see `{self.prog} --help`.")
 
 
-def fixed_share(text: str) -> float | str:
+def fixed_share(text: str) -> float | Literal["none"]:
     """``--fixed-share``: the fixed players' share of a league's games (its range is checked with the league), or
     ``none`` for one draw over all the opponents, whatever the game's default.
 

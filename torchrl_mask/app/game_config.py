@@ -151,7 +151,7 @@ def game_league(env_id: str, pool_size: int | None, players: list[str] | None) -
     return pool_size or 0, tuple(players or ())
 
 
-def game_fixed_share(env_id: str, given: float | str | None, league: bool) -> float | None:
+def game_fixed_share(env_id: str, given: float | Literal["none"] | None, league: bool) -> float | None:
     """The fixed players' share of a league's games: ``--fixed-share`` if given (``"none"``: None), else the game's
     (:data:`GAME_FIXED_SHARES`) when the run has a league, else None (one draw over all the opponents).
 

@@ -177,9 +177,10 @@ def random_images(moves: TensorDictBase, symmetries: Sequence[Symmetry]) -> Tens
     keys = [key for key in _IMAGED if key in moves.keys(include_nested=True)]
     for key in keys:
         imaged.set(key, moves.get(key).clone())
+    changed = moves.select(*keys)  # only the entries an image changes
     for index, symmetry in enumerate(symmetries, start=1):
         chosen = drawn == index
-        image = image_moves(moves.select(*keys)[chosen], symmetry)  # only the entries an image changes
+        image = image_moves(changed[chosen], symmetry)
         for key in keys:
             imaged.get(key)[chosen] = image.get(key)
     return imaged
