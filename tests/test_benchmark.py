@@ -269,14 +269,15 @@ def test_bench_memory_trains_both_models_for_the_same_time_and_reports_their_chi
 
 
 def test_bench_selfplay_measures_the_run_that_train_would_make_of_the_options_after_the_double_dash():
-    from torchrl_mask.app.config import UsageError
+    from torchrl_mask.app.hyperparams import UsageError
     from torchrl_mask.bench.selfplay import _parse, train_config
 
     args = _parse(["--games", "connect_four_v3", "--rounds", "2", "--", "--self-share", "0.25", "--threads", "1"])
     assert (args.rounds, args.train_args) == (2, ["--self-share", "0.25", "--threads", "1"])
     config = train_config("connect_four_v3", 3, args.train_args)
-    assert (config.self_share, config.threads, config.seed, config.pool_size) == (0.25, 1, 3, 4)  # its league kept
-    assert config.fixed_share == 0.5  # the game's, not given
+    selfplay = config.selfplay
+    assert (selfplay.self_share, config.threads, config.seed, selfplay.pool_size) == (0.25, 1, 3, 4)  # its league kept
+    assert selfplay.fixed_share == 0.5  # the game's, not given
     assert config.hyperparams["policy_kwargs"]["features_extractor_class"] == "BoardCNN"  # the game's defaults
     assert _parse(["--rounds", "1"]).train_args == []
     with pytest.raises(UsageError, match="not a share of games"):

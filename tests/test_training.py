@@ -1,4 +1,5 @@
-"""The job behind ``torchrl-mask train``, run in process: the same seed gives the same model on every path."""
+"""The run behind ``torchrl-mask train``, in process (its checks, then the pipeline): the same seed gives the same
+model on every path."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import pytest
 import torch
 
 from torchrl_mask.app.config import TrainConfig
-from torchrl_mask.app.training import train
+from torchrl_mask.app.pipeline import RunResult, run
+from torchrl_mask.app.prepare import prepare
+
+
+def train(config: TrainConfig) -> RunResult:
+    return run(prepare(config))
 
 
 @pytest.mark.slow

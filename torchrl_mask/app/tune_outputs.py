@@ -19,6 +19,8 @@ import optuna
 import pandas  # noqa: F401  (imported here, before any trial: see below)
 import yaml
 
+from torchrl_mask.app.kinds import env_kind
+
 __all__ = [
     "BEST_YAML",
     "PLOTS",
@@ -73,7 +75,7 @@ def value_name(env_id: str) -> str:
     :param env_id: the env tuned.
     :return: the name, for the outputs.
     """
-    return "ladder score" if env_id.startswith("pettingzoo:") else "masked mean return"
+    return "ladder score" if env_kind(env_id).is_game else "masked mean return"
 
 
 def conf_text(
