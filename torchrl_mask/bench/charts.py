@@ -54,7 +54,9 @@ FIELDS: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
 # learn.json holds one entry of "runs" per command, each with its list of workloads.
 WORKLOAD_FIELDS = ("workload", "speedup", "speedup_min", "speedup_max")
 OURS, SB3, FLOOR = "#d9480f", "#868e96", "#212529"  # torchrl_mask (the site's deep orange), sb3-contrib, floors
-DPI = 100
+# The docs' content column is about 700 pixels wide: charts 8 inches wide keep their text readable there, and 150
+# dots an inch keep it sharp on a dense screen.
+WIDTH, DPI = 8.0, 150
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -112,7 +114,7 @@ def draw_masking_cost(data: Data, path: str | Path) -> None:
     kinds = list(dict.fromkeys((cell["obs"], cell["batch"]) for cell in cells))
     width = 0.8 / len(kinds)
     shades = [OURS, "#f76707", "#ffa94d", "#ffd8a8"][: len(kinds)]
-    figure = Figure(figsize=(10, 6.4), layout="constrained")
+    figure = Figure(figsize=(WIDTH, 5.8), layout="constrained")
     top, bottom = figure.subplots(2, 1, sharex=True, height_ratios=(1.25, 1))
     for cell in cells:
         x = (
@@ -133,7 +135,7 @@ def draw_masking_cost(data: Data, path: str | Path) -> None:
     top.axhline(1, color=SB3, linestyle="--", linewidth=1)
     handles.append(Line2D([], [], color=SB3, linestyle="--", linewidth=1, label="unmasked PPO"))
     top.set_ylabel("learn() time / unmasked PPO's")
-    top.set_title("The cost of masking: torchrl_mask's MaskablePPO against SB3's unmasked PPO and sb3-contrib")
+    top.set_title("The cost of masking, per action space")
     top.legend(handles=handles, fontsize=8.5, loc="upper left")
     bottom.set_yscale("log")
     bottom.axhline(1, color=SB3, linestyle="--", linewidth=1)
@@ -196,16 +198,16 @@ def _learn_panel(axes: Axes, learn: Data) -> None:
 
 
 def draw_speedups(grid: Data, learn: Data, path: str | Path) -> None:
-    """The buffer grid's speed-ups per cell (left) beside end-to-end ``learn()``'s per workload (right).
+    """The buffer grid's speed-ups per cell (top) above end-to-end ``learn()``'s per workload (bottom).
 
     :param grid: ``buffer_grid.json``'s content (:func:`load`).
     :param learn: ``learn.json``'s content: one entry of ``runs`` per command, each with its ``workloads``.
     :param path: where the PNG goes.
     """
-    figure = Figure(figsize=(11, 5.2), layout="constrained")
-    left, right = figure.subplots(1, 2, width_ratios=(1.1, 1))
-    _grid_panel(left, grid)
-    _learn_panel(right, learn)
+    figure = Figure(figsize=(WIDTH, 8.6), layout="constrained")
+    top, bottom = figure.subplots(2, 1, height_ratios=(1.5, 1))
+    _grid_panel(top, grid)
+    _learn_panel(bottom, learn)
     _source(figure, grid, *learn["runs"])
     _save(figure, path)
 
@@ -239,12 +241,12 @@ def _time_panel(axes: Axes, games: Sequence[Data]) -> None:
     left = np.zeros(len(games))
     for part, colour in (("collecting", OURS), ("updating", "#ffa94d"), ("rest", "#ced4da")):
         values = np.array([_part(game["us_per_move"], part) for game in games])
-        axes.barh(y + 0.18, values, left=left, height=0.32, color=colour, label=part)
+        axes.barh(y - 0.18, values, left=left, height=0.32, color=colour, label=part)
         left += values
     random_play = [game["us_per_move"]["random_play"] for game in games]
-    axes.barh(y - 0.18, random_play, height=0.32, color=SB3, label="a move of random play")
+    axes.barh(y + 0.18, random_play, height=0.32, color=SB3, label="a move of random play")
     axes.set_yticks(y, [game["game"] for game in games])
-    axes.invert_yaxis()  # the games in the left panel's order, top to bottom
+    axes.invert_yaxis()  # the games in the top panel's order, top to bottom
     axes.set_xlabel("microseconds per move trained on, whole run")
     axes.set_title("Where a move trained on spends its time", fontsize=10)
     axes.set_xlim(0, 1.6 * max(left.max(), *random_play))  # room for the legend on the right
@@ -253,21 +255,21 @@ def _time_panel(axes: Axes, games: Sequence[Data]) -> None:
 
 
 def draw_selfplay_speed(data: Data, path: str | Path) -> None:
-    """Self-play's speed against the game's own (left) and where a move trained on spends its time (right).
+    """Self-play's speed against the game's own (top) and where a move trained on spends its time (bottom).
 
-    Left: moves a second as a ratio to PettingZoo's random play of the same game, in the same round (1: the
+    Top: moves a second as a ratio to PettingZoo's random play of the same game, in the same round (1: the
     game's own speed), for collection, for collection through PettingZoo's env, and for a whole default run (moves
-    trained on a second), each with its spread over rounds (``*_ratio_min``, ``*_ratio_max`` where given). Right:
+    trained on a second), each with its spread over rounds (``*_ratio_min``, ``*_ratio_max`` where given). Bottom:
     microseconds per move trained on (``us_per_move``), split into collecting, updating and the rest, beside a move
     of random play.
 
     :param data: ``selfplay_speed.json``'s content (:func:`load`).
     :param path: where the PNG goes.
     """
-    figure = Figure(figsize=(11, 4.6), layout="constrained")
-    left, right = figure.subplots(1, 2, width_ratios=(1.1, 1))
-    _speed_panel(left, data["games"])
-    _time_panel(right, data["games"])
+    figure = Figure(figsize=(WIDTH, 7.2), layout="constrained")
+    top, bottom = figure.subplots(2, 1, height_ratios=(1.3, 1))
+    _speed_panel(top, data["games"])
+    _time_panel(bottom, data["games"])
     _source(figure, data)
     _save(figure, path)
 
