@@ -15,9 +15,9 @@ from stable_baselines3.common.torch_layers import FlattenExtractor
 from stable_baselines3.common.vec_env import VecTransposeImage
 
 from torchrl_mask import MaskablePPO, SeatEnv
-from torchrl_mask.games.profile import game_profile
 from torchrl_mask.games.env import game_spaces, make_game
 from torchrl_mask.games.network import BoardCNN, with_extractor_classes
+from torchrl_mask.games.profile import game_profile
 
 BOARD_GAMES = {"tictactoe_v3": (3, 3, 2), "connect_four_v3": (6, 7, 2), "go_v5": (19, 19, 17), "chess_v6": (8, 8, 111)}
 SMALL = {"features_extractor_class": BoardCNN, "features_extractor_kwargs": {"channels": 8, "features_dim": 32}}

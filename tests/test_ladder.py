@@ -13,8 +13,8 @@ pytest.importorskip("pettingzoo")
 from torchrl_mask import MaskablePPO, SeatEnv
 from torchrl_mask.games.evaluation import WinRates, evaluate_games, evaluate_ladder, play_games, summarise
 from torchrl_mask.games.ladder import ladder
-from torchrl_mask.games.profile import profiles
 from torchrl_mask.games.players import BatchPlayer, random_legal
+from torchrl_mask.games.profile import profiles
 
 FOLD = 2  # leduc's fold
 

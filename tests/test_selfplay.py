@@ -27,9 +27,9 @@ pytest.importorskip("pettingzoo")
 from torchrl_mask import MaskablePPO, MaskableRolloutBuffer, SeatEnv, SelfPlayPolicy, TurnBasedEnv
 from torchrl_mask.app.cli import main
 from torchrl_mask.app.config import SelfPlay, TrainConfig
-from torchrl_mask.app.run_folder import LOCK
 from torchrl_mask.app.game_collector import worker_count
 from torchrl_mask.app.game_task import GameTask
+from torchrl_mask.app.run_folder import LOCK
 from torchrl_mask.games.players import one_ply_heuristic, random_legal
 from torchrl_mask.games.seat_split import pack_rows, seat_transitions
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from torchrl_mask.app import pipeline
 from torchrl_mask.app.config import TrainConfig
-from torchrl_mask.app.pipeline import RunResult, run
 from torchrl_mask.app.prepare import prepare
 
 
-def train(config: TrainConfig) -> RunResult:
-    return run(prepare(config))
+def train(config: TrainConfig) -> pipeline.RunResult:
+    return pipeline.run(prepare(config))
 
 
 @pytest.mark.slow

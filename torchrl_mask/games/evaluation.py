@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 __all__ = [
     "EVAL_POINTS",
     "EVAL_POINT_GAMES",
-    "OPPONENTS",
     "GameRecord",
     "ModelPlayer",
     "RecurrentPlayer",
@@ -52,7 +51,6 @@ __all__ = [
     "seated",
 ]
 
-OPPONENTS = ("random", "heuristic")  # the opponents of the board games' plot in app/selfplay_training.py
 EVAL_POINTS = 10  # measurements during training
 EVAL_POINT_GAMES = 50  # games per opponent at each of them
 

@@ -143,7 +143,7 @@ def image_moves(moves: TensorDictBase, symmetry: Symmetry) -> TensorDictBase:
     which is exact for a policy that treats the images alike, and PPO's clipped ratio pulls the policy that way.
     Its own log-probability under the playing policy would not do: early on, a policy may give the image of its
     move almost no probability, and the ratio's unclipped side (a move worse than expected) then grows without
-    bound, and the network's weights can turn NaN (measured for Connect Four in docs/benchmarks.md, "Each move and
+    bound, and the network's weights can turn NaN (measured for Connect Four in docs/experiments.md, "Each move and
     its mirror image").
 
     :param moves: ``(*B,)`` moves with ``"observation"`` ``(*B, H, W, C)``, ``"action_mask"`` ``(*B, n_actions)``
