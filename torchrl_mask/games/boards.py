@@ -3,9 +3,9 @@
 :class:`TurnBasedEnv <torchrl_mask.games.env.TurnBasedEnv>` plays ``N`` games side by side; through PettingZoo's AEC
 env that is ``N`` Python calls a move (``step``, then ``observe``, each through three wrappers), a large part of a
 collected move's cost (docs/benchmarks.md, "Self-play speed, where the time goes", measures both ways).
-:class:`BoardGames` keeps the ``N`` boards as one int8 array and plays a move in every game at once: the piece dropped (Connect Four) or placed
-(tic-tac-toe), the lines through it checked for a win, the full boards for a draw, and every game's next view and
-mask written as whole arrays.
+:class:`BoardGames` keeps the ``N`` boards as one int8 array and plays a move in every game at once: the piece
+dropped (Connect Four) or placed (tic-tac-toe), the lines through it checked for a win, the full boards for a draw,
+and every game's next view and mask written as whole arrays.
 
 It is PettingZoo's game, not a variant: ``connect_four_v3`` and ``tictactoe_v3`` as their modules define them, with
 the same views (the mover's pieces in plane 0, the opponent's in plane 1, int8), masks (the mover's legal moves,
