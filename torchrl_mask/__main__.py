@@ -2,23 +2,42 @@
 (:func:`torchrl_mask.bench.commands.main`), every other command to the app (:func:`torchrl_mask.app.cli.main`).
 
 The one module that imports both: the app never imports the benchmark, which builds its runs through the app.
+Whatever the command, Ctrl-C before it handles Ctrl-C itself (while torch is imported, say) ends in one line and
+exit 130, and a reader that stops reading (``torchrl-mask play ... | head -n 1``) ends it quietly.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
 __all__ = ["main"]
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a writer whose reader went away
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``torchrl-mask`` with ``argv`` (default: the process's arguments) and return the exit status.
 
     :param argv: the arguments after the program name.
-    :return: the command's exit status.
+    :return: the command's exit status; 130 after a Ctrl-C the command did not handle; 141 when stdout's reader
+        went away.
     """
-    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        print("torchrl-mask: interrupted.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # stdout's reader is gone: say nothing more, and let Python's exit flush nothing there
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _run(args: list[str]) -> int:
     if args[:1] == ["bench"]:
         try:
             from torchrl_mask.bench.commands import main as bench

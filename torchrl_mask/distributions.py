@@ -59,10 +59,9 @@ class DivergedLogits(ValueError):
 
     def __init__(self, lowest: float) -> None:
         super().__init__(
-            f"the policy's logits diverged: every allowed action of a row lies at {lowest:.3g} (log-probability), at "
-            f"or below the {MASKED_LOGIT:g} that masks the forbidden ones, so a forbidden action would be chosen. "
-            "The parameters are no longer usable: train again with a lower learning_rate (e.g. 3e-4) or "
-            "max_grad_norm."
+            f"the policy's logits diverged: every allowed action of a row has log-probability {lowest:.3g}, at or "
+            f"below the {MASKED_LOGIT:g} that masks the forbidden ones, so a forbidden action would be chosen; the "
+            "parameters are no longer usable: train again with a lower learning_rate (e.g. 3e-4) or max_grad_norm"
         )
         self.lowest = lowest
 
@@ -134,7 +133,7 @@ class MaskedCategoricals:
             masked_logit = self._masked_logit = torch.tensor(MASKED_LOGIT, dtype=logits.dtype, device=logits.device)
         masks = self.blocks(mask)
         for block, block_mask in zip(original, masks, strict=True):
-            best_allowed = torch.where(block_mask, block, -torch.inf).amax(dim=-1)
+            best_allowed = torch.where(block_mask, block.detach(), -torch.inf).amax(dim=-1)
             if bool((best_allowed <= MASKED_LOGIT).any()):
                 raise DivergedLogits(float(best_allowed.min()))
         return [

@@ -94,7 +94,7 @@ class CollectorRollout:
     ) -> None:
         if not use_masking:
             raise ValueError(
-                "use_masking=False is not available with a collector: its MaskablePolicyModule always draws "
+                f"use_masking=False is not available with a collector: its {self._module_name} always draws "
                 "under the envs' masks. Drop use_masking, or learn from the VecEnv (collector=None)."
             )
         refuse_collector(collector)
@@ -136,6 +136,8 @@ class CollectorRollout:
         :return: a :class:`~torchrl_mask.MaskablePolicyModule` (the recurrent source's own module, there).
         """
         return MaskablePolicyModule(model.policy, observation_keys=observation_keys)
+
+    _module_name = "MaskablePolicyModule"  # the policy module a collector of this source runs, for messages
 
     def _check_policy(self, shipped: Any, model: MaskablePPO) -> None:
         """Refuse a collector policy that is not a MaskablePolicyModule over ``model.policy``; the hook a source

@@ -85,7 +85,7 @@ class TrainingFailed(Exception):
     """
 
     def __init__(self, out: Path, stage: str, error: BaseException) -> None:
-        text = " ".join(str(error).split()) or "(no message)"
+        text = " ".join(str(error).split()).rstrip(".") or "(no message)"
         super().__init__(
             f"{stage} raised {type(error).__name__}: {text[:300]}; the model trained so far is saved in "
             f"{out / MODEL_FILE} (traceback in {out / CRASH_FILE})."

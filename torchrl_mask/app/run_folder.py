@@ -107,7 +107,7 @@ def check_out(folder: Path, overwrite: bool, trained_agent: Path | None = None) 
             "or pass another --out."
         )
     if not overwrite:
-        if any(folder.iterdir()):
+        if any(path.name != LOCK for path in folder.iterdir()):  # a lock whose run is gone does not count
             raise UsageError(
                 f"--out {folder} is not empty (an earlier run's files?); pass an empty or new folder, or add "
                 "--overwrite to replace the earlier run."

@@ -21,8 +21,10 @@ storage and the outputs are written from them. The outputs, in ``--out``, rewrit
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import signal
 import socket
 import sys
 import threading
@@ -44,8 +46,9 @@ from torchrl_mask.app.config import TrainConfig, check_rollout, default_selfplay
 from torchrl_mask.app.hyperparams import UsageError
 from torchrl_mask.app.masked_env import make_masked_env, one_line
 from torchrl_mask.app.models import ALGORITHMS
-from torchrl_mask.app.pipeline import train_model
+from torchrl_mask.app.pipeline import Terminated, train_model
 from torchrl_mask.app.prepare import make_task
+from torchrl_mask.app.run import EXIT_INTERRUPTED, EXIT_TERMINATED
 from torchrl_mask.app.tune_args import JOURNAL_SUFFIX, TuneConfig, check_tune_config, storage_url
 from torchrl_mask.app.tune_outputs import value_name
 
@@ -62,6 +65,7 @@ __all__ = [
 
 
 _WRITING = threading.Lock()  # --n-jobs: trials end in threads, each rewriting the same files
+SETTINGS = "torchrl_mask_settings"  # the study's user attribute holding what its trials share
 
 
 class TrialDiverged(RuntimeError):
@@ -143,6 +147,7 @@ def run_trial(config: TuneConfig, trial: optuna.Trial) -> float:
         "seed": seed,
         "hyperparams": hyperparams,
         "worker": f"{socket.gethostname()}:{os.getpid()}",
+        "settings": config.settings(),
     }.items():
         trial.set_user_attr(key, value)
     train_config = _train_config(config, hyperparams, seed)
@@ -157,6 +162,7 @@ def run_trial(config: TuneConfig, trial: optuna.Trial) -> float:
 
     callback = TrialEvalCallback(trial, evaluate, config.n_timesteps, config.n_evaluations)
     model = train_model(task, "cpu", [callback])
+    trial.set_user_attr("timesteps", model.num_timesteps)  # the steps trained, whole rollouts past n_timesteps
     if callback.pruned:
         raise optuna.TrialPruned(f"pruned after {callback.evaluations} evaluation(s)")
     return evaluate(model)
@@ -202,7 +208,7 @@ def make_study(config: TuneConfig, out: Path) -> optuna.Study:
             storage: Any = url
             if url.endswith(JOURNAL_SUFFIX) and "://" not in url:
                 storage = optuna.storages.JournalStorage(JournalFileBackend(url))
-            return optuna.create_study(
+            study = optuna.create_study(
                 storage=storage,
                 sampler=sampler,
                 pruner=pruner,
@@ -210,6 +216,7 @@ def make_study(config: TuneConfig, out: Path) -> optuna.Study:
                 direction="maximize",
                 load_if_exists=True,
             )
+            return _joined(study, config)
         except DBAPIError as err:  # OperationalError (locked), IntegrityError (both stamped the schema)
             if attempt == 4:
                 raise UsageError(f"--storage {url}: cannot open it ({one_line(err.orig or err)})") from None
@@ -217,6 +224,33 @@ def make_study(config: TuneConfig, out: Path) -> optuna.Study:
         except ValueError as err:  # e.g. an existing study that minimises
             raise UsageError(f"--study-name {config.name()}: {one_line(err)}") from None
     raise AssertionError("unreachable")
+
+
+def _joined(study: optuna.Study, config: TuneConfig) -> optuna.Study:
+    """``study``, once its settings are this worker's: recorded on a new study, compared on an existing one."""
+    settings = config.settings()
+    recorded = study.user_attrs.get(SETTINGS)
+    if recorded is None:
+        if study.get_trials(deepcopy=False):  # trials, but not ours: rl-zoo3's or plain Optuna's
+            raise UsageError(
+                f"--study-name {config.name()}: the study in {storage_name(config)} was not written by torchrl-mask "
+                "tune (its trials have no torchrl-mask settings); pass another --study-name or --storage."
+            )
+        study.set_user_attr(SETTINGS, settings)
+        return study
+    differ = [key for key in settings if recorded.get(key) != settings[key]]
+    if differ:
+        theirs = ", ".join(f"{key}={recorded.get(key)!r}" for key in differ)
+        raise UsageError(
+            f"--study-name {config.name()}: the study was started with {theirs}; a worker that joins it must run the "
+            "same trials: give the same options, or another --study-name."
+        )
+    return study
+
+
+def storage_name(config: TuneConfig) -> str:
+    """The storage as a person named it: ``--storage``, or the default file in ``--out``."""
+    return config.storage or str(config.output_dir() / tune_args.STUDY_DB)
 
 
 @dataclass
@@ -227,7 +261,8 @@ class TuneResult:
     :param out: the output folder.
     :param files: the files written in ``out``.
     :param notes: a line for each plot that could not be drawn.
-    :param interrupted: Ctrl-C stopped the study.
+    :param interrupted: Ctrl-C or SIGTERM stopped the study.
+    :param terminated: it was SIGTERM.
     """
 
     study: optuna.Study
@@ -235,6 +270,7 @@ class TuneResult:
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     interrupted: bool = False
+    terminated: bool = False
 
 
 def _prepare(config: TuneConfig) -> Path:
@@ -265,7 +301,10 @@ def tune(config: TuneConfig) -> TuneResult:
     out = _prepare(config)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     optuna.logging.disable_default_handler()  # a failed trial is one line of ours, not Optuna's traceback
-    interrupted = False
+    optuna_logger = logging.getLogger("optuna")
+    if not any(isinstance(handler, logging.NullHandler) for handler in optuna_logger.handlers):
+        optuna_logger.addHandler(logging.NullHandler())  # else logging's last resort prints Optuna's warnings
+    interrupted = terminated = False
     with run_folder.claim(out, overwrite=False):
         study = make_study(config, out)
         try:
@@ -280,22 +319,31 @@ def tune(config: TuneConfig) -> TuneResult:
                     show_progress_bar=config.progress_bar,
                     gc_after_trial=True,
                 )
-        except KeyboardInterrupt:
-            interrupted = True
+        except KeyboardInterrupt as stop:
+            interrupted, terminated = True, isinstance(stop, Terminated)
         files = tune_outputs.write_outputs(
             study, out, config.env_id, config.n_timesteps, config.eval_episodes, config.algo
         )
-        plots, notes = tune_outputs.write_plots(study, out)
+        plots: list[str] = []
+        notes: list[str] = []
+        if tune_outputs.best_trial(study) is not None:  # with no trial complete, there is nothing to plot
+            plots, notes = tune_outputs.write_plots(study, out)
     if config.storage is None:
         files.insert(0, tune_args.STUDY_DB)
-    return TuneResult(study, out, files + plots, notes, interrupted)
+    return TuneResult(study, out, files + plots, notes, interrupted, terminated)
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 def run_tune(config: TuneConfig) -> int:
-    """Run ``torchrl-mask tune`` and report it.
+    """Run ``torchrl-mask tune`` and report it. SIGTERM stops the study as Ctrl-C does (the running trial marked
+    failed, the outputs written from the trials so far, the folder's lock removed).
 
     :param config: the checked configuration.
-    :return: 0; 130 after Ctrl-C (the trials so far kept, the outputs written from them).
+    :return: 0; 1 when no trial completed (each one's failure was printed); 130 after Ctrl-C and 143 after SIGTERM
+        (the trials so far kept, the outputs written from them).
     """
     n_jobs = f", {config.n_jobs} at a time" if config.n_jobs > 1 else ""
     print(
@@ -304,7 +352,11 @@ def run_tune(config: TuneConfig) -> int:
         f"study {config.name()!r}.",
         flush=True,
     )
-    result = tune(config)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        result = tune(config)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     finished = [trial for trial in result.study.trials if trial.state.is_finished()]
     counts = {
         state: sum(trial.state.name.lower() == state for trial in finished) for state in ("complete", "pruned", "fail")
@@ -321,5 +373,11 @@ def run_tune(config: TuneConfig) -> int:
         print(
             "torchrl-mask: interrupted; the trials so far are kept and the outputs written from them.", file=sys.stderr
         )
-        return 130
+        return EXIT_TERMINATED if result.terminated else EXIT_INTERRUPTED
+    if best is None:
+        print(
+            "torchrl-mask: no trial completed (each failure is printed above); fix what they say, then tune again.",
+            file=sys.stderr,
+        )
+        return 1
     return 0

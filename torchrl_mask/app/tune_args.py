@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchrl_mask.app import run_folder
+from torchrl_mask.app import run_folder, search_spaces
 from torchrl_mask.app.arg_types import HelpFormatter, hyperparam, n_timesteps, positive_int, seed
 from torchrl_mask.app.conf_file import load_conf_file
 from torchrl_mask.app.config import ALGOS
@@ -96,6 +96,22 @@ class TuneConfig:
         """The study's name: :attr:`study_name`, or ``<algo>-<env id>``."""
         return self.study_name or f"{self.algo}-{self.env_id}"
 
+    def settings(self) -> dict[str, Any]:
+        """What every trial of one study must share: the env, the model, the trial's steps, its evaluations and
+        the fixed part (the search space's bounds depend on it). A study records its own; a worker that joins with
+        others is refused, and each trial keeps them (``best_hyperparams.yml`` is written from its trial's).
+
+        :return: a JSON-able dict.
+        """
+        return {
+            "env_id": self.env_id,
+            "algo": self.algo,
+            "n_timesteps": self.n_timesteps,
+            "n_evaluations": self.n_evaluations,
+            "eval_episodes": self.eval_episodes,
+            "fixed": self.fixed,
+        }
+
 
 def storage_url(out: Path, storage: str | None) -> str:
     """The study's storage: ``storage`` as given, or a SQLite file in ``out``.
@@ -104,7 +120,11 @@ def storage_url(out: Path, storage: str | None) -> str:
     :param storage: ``--storage``, or None.
     :return: an Optuna storage URL, or a journal file's path.
     """
-    return storage if storage is not None else f"sqlite:///{(out / STUDY_DB).absolute()}"
+    if storage is not None:
+        return storage
+    from sqlalchemy.engine import URL  # a folder's "?", "#" or "%" escaped: the file lands in the folder
+
+    return URL.create("sqlite", database=str((out / STUDY_DB).absolute())).render_as_string(hide_password=False)
 
 
 def add_tune_parser(commands: Any) -> argparse.ArgumentParser:
@@ -269,6 +289,18 @@ def check_tune_config(config: TuneConfig) -> Path:
     if importlib.util.find_spec("optuna") is None:
         raise UsageError("torchrl-mask tune needs Optuna: pip install 'torchrl-mask[tune]'.")
     fixed = config.fixed
+    if "n_steps" in fixed and fixed["n_steps"] * config.n_envs < 2:
+        raise UsageError(
+            f"n_steps={fixed['n_steps']} with n_envs={config.n_envs}: a rollout of one row trains on minibatches of "
+            "one row (NaN parameters) whatever batch_size a trial draws; fix n_steps * n_envs to 2 or more."
+        )
+    smallest = search_spaces.N_STEPS[0] * config.n_envs
+    if "n_steps" not in fixed and smallest > config.n_timesteps:
+        raise UsageError(
+            f"--n-timesteps {config.n_timesteps} with n_envs={config.n_envs}: the smallest rollout a trial draws "
+            f"(n_steps={search_spaces.N_STEPS[0]}) is {smallest:,} steps, past the trial's budget; raise "
+            f"--n-timesteps to {smallest} or more, or give n_envs or n_steps with --hyperparams."
+        )
     if "n_steps" in fixed and "batch_size" in fixed:
         check_minibatches(fixed["n_steps"], config.n_envs, fixed["batch_size"], fixed.get("normalize_advantage", True))
     if config.n_evaluations > config.n_timesteps // config.n_envs:

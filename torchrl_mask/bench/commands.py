@@ -17,7 +17,11 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from torchrl_mask.app.hyperparams import UsageError
+
 __all__ = ["COMMANDS", "LEARN_FLAGS", "main"]
+
+EXIT_USAGE = 2
 
 #: ``bench learn``'s flags that run another benchmark, and its module.
 LEARN_FLAGS = {
@@ -40,6 +44,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     :return: the benchmark's exit status.
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(args)
+    except UsageError as err:  # an option a run refuses (bench selfplay's games, train's options after --)
+        print(f"torchrl-mask bench: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _run(args: list[str]) -> int:
     if args[:1] == ["learn"]:
         for flag, module in LEARN_FLAGS.items():
             if flag in args:

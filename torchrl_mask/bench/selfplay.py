@@ -319,6 +319,9 @@ def render(results: list[GameSpeeds], command: str, rounds: int) -> str:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
+    from torchrl_mask.app.game_task import check_game
+    from torchrl_mask.app.kinds import game_env_id
+
     parser = argparse.ArgumentParser(
         prog="torchrl-mask bench selfplay",
         usage="%(prog)s [options] [-- train options]",
@@ -343,8 +346,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     cut = given.index("--") if "--" in given else len(given)
     args = parser.parse_args(given[:cut])
     args.train_args = given[cut + 1 :]
-    if args.train_args:  # what train refuses is refused before anything is timed, in train's words (exit 2)
-        train_config(args.games[0], args.seed, args.train_args)
+    for game in args.games:  # what train refuses is refused before anything is timed, in train's words (exit 2)
+        train_config(game, args.seed, args.train_args)
+        check_game(game_env_id(game), game)
     if (
         min(
             args.rounds,
