@@ -293,3 +293,11 @@ def test_bench_selfplay_says_not_run_for_the_whole_runs_it_skipped():
     report = render([speeds], "torchrl-mask bench selfplay --no-run", 1).splitlines()
     assert "| tictactoe_v3 | 100 | 50 | 0.50x (0.50x-0.50x) | not run | not run | 20 | 0.20x (0.20x-0.20x) |" in report
     assert report[-1] == "| tictactoe_v3 | 10,000 | 20,000 | 4,000 | 9,000 | not run" + " | not run" * 5 + " |"
+
+
+@pytest.mark.parametrize(("game", "says"), [("foo_v1", "is not a PettingZoo classic game"), ("rps_v2", "action mask")])
+def test_bench_selfplay_refuses_a_game_it_cannot_play_in_one_line(game: str, says: str) -> None:
+    refused = subprocess.run([sys.executable, "-m", "torchrl_mask", "bench", "selfplay", "--games", game, "--rounds",
+                              "1"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.count("\n") == 1 and says in refused.stderr and "Traceback" not in refused.stderr

@@ -27,7 +27,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         went away.
     """
     try:
-        return _run(list(sys.argv[1:] if argv is None else argv))
+        status = _run(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # here, where a reader gone away is caught, not at the interpreter's exit
+        return status
     except KeyboardInterrupt:
         print("torchrl-mask: interrupted.", file=sys.stderr)
         return EXIT_INTERRUPTED
