@@ -133,9 +133,11 @@ class MaskedCategoricals:
             masked_logit = self._masked_logit = torch.tensor(MASKED_LOGIT, dtype=logits.dtype, device=logits.device)
         masks = self.blocks(mask)
         for block, block_mask in zip(original, masks, strict=True):
+            # a row without any allowed choice is the mask's fault, refused where the mask is read: not checked here
             best_allowed = torch.where(block_mask, block.detach(), -torch.inf).amax(dim=-1)
-            if bool((best_allowed <= MASKED_LOGIT).any()):
-                raise DivergedLogits(float(best_allowed.min()))
+            diverged = (best_allowed <= MASKED_LOGIT) & block_mask.any(dim=-1)
+            if bool(diverged.any()):
+                raise DivergedLogits(float(best_allowed[diverged].min()))
         return [
             _normalised(torch.where(block_mask, block, masked_logit))
             for block, block_mask in zip(original, masks, strict=True)
