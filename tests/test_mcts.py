@@ -1,0 +1,112 @@
+"""Search when it plays (torchrl_mask.games.mcts): PUCT over a real MaskablePPO's priors and values, on real games.
+
+A random-initialised network knows nothing, so what the search finds it finds in the game's own tree: the
+immediate wins of Connect Four positions taken from Pons' sets, and, with enough simulations, tic-tac-toe without a
+loss against the perfect player.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("pettingzoo")
+
+from torchrl_mask import MaskablePPO, SeatEnv
+from torchrl_mask.games.boards import BoardGames
+from torchrl_mask.games.evaluation import model_player, play_games, summarise
+from torchrl_mask.games.mcts import mcts_player
+from torchrl_mask.games.players import moves
+from torchrl_mask.games.pons_sets import load_sets
+from torchrl_mask.games.search import perfect_tictactoe
+
+
+def _model(game: str) -> MaskablePPO:
+    return MaskablePPO("MlpPolicy", SeatEnv(game), n_steps=64, batch_size=32, seed=0)
+
+
+def _winning_columns(view: np.ndarray) -> np.ndarray:
+    """The columns that win at once for the mover of ``view``, by the game's own rules (BoardGames' step)."""
+    wins = np.zeros(7, bool)
+    mask = ~view[0].any(-1)
+    for column in np.flatnonzero(mask):
+        games = BoardGames.from_views("connect_four_v3", view[None])
+        rewards, _ = games.step(np.array([column]))
+        wins[column] = rewards[0, games.mover[0] ^ 1] == 1.0  # the seat that just moved
+    return wins
+
+
+def _one_move_wins(count: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Positions of seeded random games (Pons' sets hold none) in which the mover can win at once: its view, its
+    mask and the winning columns."""
+    rng, found = np.random.default_rng(0), []
+    while len(found) < count:
+        games = BoardGames("connect_four_v3", 1)
+        games.reset(np.array([0]))
+        while True:
+            views, masks = games.views()
+            wins = _winning_columns(views[0])
+            if wins.any():
+                found.append((views[0], masks[0], wins))
+                break
+            if games.step(np.array([rng.choice(np.flatnonzero(masks[0]))]))[1][0]:
+                break
+    return found
+
+
+def test_the_search_takes_a_one_move_win_in_connect_four() -> None:
+    found = _one_move_wins(20)
+    player, rng = mcts_player(_model("connect_four_v3"), 50), np.random.default_rng(0)
+    assert all(wins[player(view, mask, rng)] for view, mask, wins in found)
+    # the network alone, untrained, misses some of them: the search found what it did not
+    views, masks = np.stack([view for view, *_ in found]), np.stack([mask for _, mask, _ in found])
+    alone = moves(model_player(_model("connect_four_v3")), views, masks, rng)
+    assert not all(wins[move] for (*_, wins), move in zip(found, alone, strict=True))
+
+
+def test_the_priors_and_value_are_sb3_contribs_masked_distribution_and_value_head() -> None:
+    test = load_sets()["middle_medium"]
+    model = _model("connect_four_v3")
+    player = mcts_player(model, 1)
+    for view, mask in zip(test.views[:20], test.masks[:20], strict=True):
+        priors, value = player.guess(view, mask)
+        obs, _ = model.policy.obs_to_tensor(view[None])
+        with torch.no_grad():
+            theirs = model.policy.get_distribution(obs, action_masks=mask[None]).distribution.probs[0].numpy()
+            their_value = float(model.policy.predict_values(obs)[0, 0])
+        assert np.allclose(priors, theirs, atol=1e-7) and (priors[~mask] == 0).all()
+        assert value == their_value
+
+
+def test_zero_simulations_play_the_networks_own_move() -> None:
+    test = load_sets()["middle_medium"]
+    model = _model("connect_four_v3")
+    rng = np.random.default_rng(0)
+    alone = moves(model_player(model), test.views[:50], test.masks[:50], rng)
+    searched, _ = mcts_player(model, 0).predict(test.views[:50], action_masks=test.masks[:50])
+    assert (searched == alone).all()
+
+
+def test_predict_gives_the_players_moves_for_a_batch_or_one_view() -> None:
+    test = load_sets()["end_easy"]
+    player = mcts_player(_model("connect_four_v3"), 20)
+    batch, state = player.predict(test.views[:5], action_masks=test.masks[:5])
+    assert state is None and batch.shape == (5,) and test.masks[np.arange(5), batch].all()
+    one, _ = player.predict(test.views[0], action_masks=test.masks[0])
+    assert one.shape == () and int(one) == batch[0]
+
+
+def test_bad_arguments_are_refused_naming_the_fix() -> None:
+    model = _model("tictactoe_v3")
+    with pytest.raises(ValueError, match="give 0"):
+        mcts_player(model, -1)
+    with pytest.raises(ValueError, match=r"tic-tac-toe \(3, 3, 2\)"):
+        mcts_player(model, 5)(np.zeros((4, 4, 2), np.int8), np.ones(16, bool), np.random.default_rng(0))
+
+
+@pytest.mark.slow
+def test_with_enough_simulations_an_untrained_network_never_loses_to_perfect_tictactoe() -> None:
+    records = play_games("tictactoe_v3", mcts_player(_model("tictactoe_v3"), 3200), perfect_tictactoe, 10, seed=0)
+    result = summarise(records, ["player_1", "player_2"], "win_rate")
+    assert result["loss"] == 0.0 and all(seat["games"] == 5 for seat in result["seats"].values())

@@ -1,0 +1,228 @@
+"""Search when it plays: Monte Carlo tree search guided by a trained model (PUCT, AlphaZero's way), for Connect Four
+and tic-tac-toe.
+
+:func:`mcts_player` turns a trained ``MaskablePPO`` into a player ``(observation, mask, rng) -> action`` that
+searches before it moves. The game's position is read off the mover's view
+(:meth:`BoardGames.from_views <torchrl_mask.games.boards.BoardGames.from_views>`: both games alternate from the
+first seat, so the counts of pieces tell whose move it is), and the search plays moves on copies of it under
+PettingZoo's rules (:class:`~torchrl_mask.games.boards.BoardGames`). Each of ``simulations`` simulations:
+
+1. **selects** from the root, in each node the move of highest PUCT score
+   ``Q(s, a) + c * P(s, a) * sqrt(N(s)) / (1 + N(s, a))``, computed by TorchRL's
+   :class:`~torchrl.modules.mcts.PUCTScore` over the node's statistics (``Q = W / N`` the mean value of the move for
+   the node's mover, ``N(s)`` the node's visits, its expansion included), illegal moves left out, down to a move
+   not tried yet or to a move that ends the game;
+2. **expands** that move: the position after it becomes a node, its priors ``P`` the network's masked policy
+   (the probabilities ``predict`` draws from, with the mask) and its value the network's value head (the mover's
+   expected return), or, where the move ends the game, the exact result (+1 a win for the mover, 0 a draw);
+3. **backs up** the value along the path, negated at each ply (a win for one seat is a loss for the other).
+
+The move played is the root's most visited one (ties broken at random with the player's ``rng``); with
+``simulations=0`` it is the network's most probable legal move (the model alone, as ``predict`` plays). An
+untried move counts ``Q = 0`` (a draw): PUCTScore divides ``W`` by ``N``, so its visits are given as
+``N + 1e-8`` in float32, which is ``N`` itself for every ``N >= 1`` and makes ``0 / 1e-8 = 0`` for an untried move,
+the exploration term unchanged.
+
+Why not TorchRL's ``MCTSForest``: it stores rollouts (``add``/``extend`` write each transition into a
+``TensorDictMap`` keyed by hashes of the observation and action) and rebuilds ``Tree`` objects from them on
+``get_tree``, their ``count`` and ``wins`` zeroed; it keeps no visit counts or values that a simulation's
+backup could update in place, and a tree must be rebuilt to read them. The search here needs both at every
+step of every simulation, so each node keeps its statistics as a small TensorDict that PUCTScore reads, and the
+tree is the nodes' own children. docs/perfect-play.md measures a ``MCTSForest.add`` against a network call.
+
+Example:
+    >>> from torchrl_mask import MaskablePPO, SeatEnv
+    >>> model = MaskablePPO("MlpPolicy", SeatEnv("tictactoe_v3"), seed=0)
+    >>> board = np.zeros((3, 3, 2), np.int8)
+    >>> board[0, :2, 0], board[1, :2, 1] = 1, 1  # the mover has two in the top row, the opponent two in the middle
+    >>> mcts_player(model, 50)(board, ~board.any(-1).reshape(-1), np.random.default_rng(0))
+    2
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+from torchrl.modules.mcts import PUCTScore
+
+from torchrl_mask.distributions import MaskedCategoricals
+from torchrl_mask.games.boards import BoardGames
+from torchrl_mask.games.players import pick
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
+__all__ = ["C_PUCT", "GAMES", "MCTSPlayer", "mcts_player"]
+
+GAMES = {(6, 7, 2): "connect_four_v3", (3, 3, 2): "tictactoe_v3"}  # view shape -> game searched
+C_PUCT = 1.5  # the exploration constant c
+_UNTRIED = 1e-8  # added to every move's visit count (see the module): N for N >= 1 in float32, 0 / 1e-8 = 0 for N = 0
+
+
+class _Node:
+    """A position in the tree: the games' state, its legal moves, its moves' statistics and its children.
+
+    ``stats`` holds PUCTScore's inputs as tensors sharing memory with numpy arrays the backup updates in place:
+    ``"win_count"`` (W, float32 ``(n_actions,)``, the sum of the values backed up through each move, for this
+    node's mover), ``"visits"`` (N + 1e-8), ``"prior_prob"`` (P) and ``"total_visits"`` (the node's visits, ``()``).
+    ``children`` maps a tried move to its node, or to the exact value of a move that ended the game.
+    """
+
+    __slots__ = ("children", "games", "illegal", "stats", "visits", "wins")
+
+    def __init__(self, games: BoardGames, priors: np.ndarray, legal: np.ndarray) -> None:
+        self.games, self.illegal = games, torch.from_numpy(~legal)
+        self.wins = np.zeros(len(priors), np.float32)
+        self.visits = np.full(len(priors), _UNTRIED, np.float32)
+        self.stats = TensorDict(
+            {
+                "win_count": torch.from_numpy(self.wins),
+                "visits": torch.from_numpy(self.visits),
+                "prior_prob": torch.as_tensor(priors, dtype=torch.float32),
+                "total_visits": torch.ones(()),
+            },
+            batch_size=[],
+        )
+        self.children: dict[int, _Node | float] = {}
+
+
+class MCTSPlayer:
+    """:func:`mcts_player`'s player: PUCT search over a model's priors and values (see the module).
+
+    :param model: a MaskablePPO whose observations are the game's views.
+    :param simulations: simulations per move (0: the network's most probable move).
+    :param c_puct: the exploration constant.
+    """
+
+    __name__ = "mcts"
+
+    def __init__(self, model: BaseAlgorithm, simulations: int, c_puct: float = C_PUCT) -> None:
+        self.policy, self.simulations = model.policy, simulations
+        self.score = PUCTScore(c=c_puct)
+        self.distribution = MaskedCategoricals([model.action_space.n])  # type: ignore[attr-defined]
+        self.__name__ = f"mcts_{simulations}"
+
+    def guess(self, view: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, float]:
+        """The network's masked policy and its value of one position, for its mover.
+
+        One pass through the policy's parts, as sb3-contrib's ``MaskableActorCriticPolicy.forward`` makes it
+        (features, the actor's and critic's latents, the action and value heads), the mask applied by the
+        package's one masked distribution (:class:`~torchrl_mask.distributions.MaskedCategoricals`).
+
+        :param view: the mover's view.
+        :param mask: bool ``(n_actions,)``, the legal moves.
+        :return: the priors, float32 ``(n_actions,)`` (0 on illegal moves), and the value.
+        """
+        policy: Any = self.policy
+        with torch.no_grad():
+            features = policy.extract_features(torch.as_tensor(view[None], device=policy.device))
+            if policy.share_features_extractor:
+                latent_pi, latent_vf = policy.mlp_extractor(features)
+            else:
+                latent_pi = policy.mlp_extractor.forward_actor(features[0])
+                latent_vf = policy.mlp_extractor.forward_critic(features[1])
+            legal = torch.as_tensor(mask[None], device=policy.device)
+            log_pmf = self.distribution.log_pmf(policy.action_net(latent_pi), legal)[0]
+            value = policy.value_net(latent_vf)
+        return log_pmf.exp().reshape(-1).cpu().numpy(), float(value)
+
+    def __call__(self, observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
+        """The root's most visited move after the simulations.
+
+        :param observation: the mover's view ``(6, 7, 2)`` (Connect Four) or ``(3, 3, 2)`` (tic-tac-toe).
+        :param mask: bool ``(n_actions,)``, the legal moves.
+        :param rng: breaks ties between equally visited moves.
+        :return: the move.
+        :raises ValueError: a view of neither game.
+        """
+        view, legal = np.asarray(observation), np.asarray(mask, bool)
+        game = GAMES.get(view.shape)
+        if game is None:
+            raise ValueError(
+                f"mcts_player searches Connect Four (6, 7, 2) and tic-tac-toe (3, 3, 2) views; got {view.shape}."
+            )
+        priors, _ = self.guess(view, legal)
+        if self.simulations == 0:
+            return int(np.flatnonzero(legal)[np.argmax(priors[legal])])
+        root = _Node(BoardGames.from_views(game, view[None]), priors, legal)
+        for _ in range(self.simulations):
+            self._simulate(root)
+        visits = np.where(legal, root.visits, -1.0)
+        return int(pick((visits == visits.max())[None], rng)[0])
+
+    def predict(
+        self, observation: np.ndarray, action_masks: np.ndarray, deterministic: bool = True
+    ) -> tuple[np.ndarray, None]:
+        """``model.predict``'s face: the searched moves of a batch of views.
+
+        :param observation: the movers' views ``(n, *view)``, or one view.
+        :param action_masks: bool ``(n, n_actions)`` (or one mask).
+        :param deterministic: unused (the search is deterministic but for ties, broken by a fixed generator).
+        :return: int64 ``(n,)`` (or ``()`` for one view), and None for the state.
+        """
+        views, masks = np.asarray(observation), np.asarray(action_masks, bool)
+        single = views.shape in GAMES
+        views, masks = (views[None], masks[None]) if single else (views, masks)
+        rng = np.random.default_rng(0)
+        actions = np.array([self(view, mask, rng) for view, mask in zip(views, masks, strict=True)], dtype=np.int64)
+        return (actions[0] if single else actions), None
+
+    def _select(self, node: _Node) -> int:
+        """The move of highest PUCT score (TorchRL's PUCTScore over the node's statistics), illegal ones left out."""
+        scores = self.score(node.stats)["score"].masked_fill(node.illegal, -torch.inf)
+        return int(scores.argmax())
+
+    def _expand(self, node: _Node, action: int) -> float:
+        """Play ``action`` from ``node``: its child node, or the game's result; the value for ``node``'s mover."""
+        games = node.games.copy()
+        mover = int(games.mover[0])
+        rewards, ended = games.step(np.array([action]))
+        if ended[0]:
+            result = float(rewards[0, mover])
+            node.children[action] = result
+            return result
+        views, masks = games.views()
+        priors, value = self.guess(views[0], masks[0])
+        node.children[action] = _Node(games, priors, masks[0])
+        return -value
+
+    def _simulate(self, root: _Node) -> None:
+        """One simulation: select down the tree, expand a move, back the value up (negated at each ply)."""
+        node, path = root, []
+        while True:
+            action = self._select(node)
+            path.append((node, action))
+            child = node.children.get(action)
+            if child is None:
+                value = self._expand(node, action)
+                break
+            if isinstance(child, float):
+                value = child
+                break
+            node = child
+        for node, action in reversed(path):
+            node.wins[action] += value
+            node.visits[action] += 1.0
+            node.stats["total_visits"] += 1.0
+            value = -value
+
+
+def mcts_player(model: BaseAlgorithm, simulations: int, c_puct: float = C_PUCT) -> MCTSPlayer:
+    """A trained model that searches before each move (see the module).
+
+    :param model: a MaskablePPO trained on ``connect_four_v3`` or ``tictactoe_v3`` (its observations the views).
+    :param simulations: simulations per move, at least 0 (0: the network alone).
+    :param c_puct: PUCT's exploration constant.
+    :return: a player ``(observation, mask, rng) -> action``, with a ``predict(observation, action_masks)`` too.
+    :raises ValueError: ``simulations < 0``, or a recurrent model (its state has no place in a search).
+    """
+    if simulations < 0:
+        raise ValueError(f"mcts_player(simulations={simulations}): give 0 (the network alone) or more simulations.")
+    if hasattr(model.policy, "lstm_hidden_state_shape"):
+        raise ValueError(
+            "mcts_player searches with a feed-forward MaskablePPO; an LSTM model's state has no place in a tree."
+        )
+    return MCTSPlayer(model, simulations, c_puct)
