@@ -103,6 +103,19 @@ def test_an_illegal_move_counts_as_a_mistake_and_an_unknown_set_is_refused() -> 
         mistake_rates(full_column, sets=["end_hard"])
 
 
+def test_a_limit_plays_each_sets_first_positions_only() -> None:
+    seen = []
+
+    def counting(observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
+        seen.append(observation.tobytes())
+        return int(np.flatnonzero(mask)[0])
+
+    rates = mistake_rates(counting, sets=["middle_easy", "beginning_hard"], limit=7)
+    sets = load_sets()
+    assert rates["positions"] == 14 and len(seen) == 14
+    assert seen == [view.tobytes() for name in ("middle_easy", "beginning_hard") for view in sets[name].views[:7]]
+
+
 def test_connect_fours_evaluation_reports_the_mistake_rates_of_the_model() -> None:
     model = MaskablePPO("MlpPolicy", SeatEnv("connect_four_v3"), n_steps=64, batch_size=32, seed=0)
     result = evaluate_ladder(model, "connect_four_v3", 2, seed=4)

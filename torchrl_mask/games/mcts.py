@@ -100,7 +100,7 @@ class MCTSPlayer:
     __name__ = "mcts"
 
     def __init__(self, model: BaseAlgorithm, simulations: int, c_puct: float = C_PUCT) -> None:
-        self.policy, self.simulations = model.policy, simulations
+        self.policy, self.simulations, self.device = model.policy, simulations, model.policy.device
         self.score = PUCTScore(c=c_puct)
         self.distribution = MaskedCategoricals([model.action_space.n])  # type: ignore[attr-defined]
         self.__name__ = f"mcts_{simulations}"
@@ -118,13 +118,13 @@ class MCTSPlayer:
         """
         policy: Any = self.policy
         with torch.no_grad():
-            features = policy.extract_features(torch.as_tensor(view[None], device=policy.device))
+            features = policy.extract_features(torch.as_tensor(view[None], device=self.device))
             if policy.share_features_extractor:
                 latent_pi, latent_vf = policy.mlp_extractor(features)
             else:
                 latent_pi = policy.mlp_extractor.forward_actor(features[0])
                 latent_vf = policy.mlp_extractor.forward_critic(features[1])
-            legal = torch.as_tensor(mask[None], device=policy.device)
+            legal = torch.as_tensor(mask[None], device=self.device)
             log_pmf = self.distribution.log_pmf(policy.action_net(latent_pi), legal)[0]
             value = policy.value_net(latent_vf)
         return log_pmf.exp().reshape(-1).cpu().numpy(), float(value)

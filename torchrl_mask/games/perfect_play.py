@@ -60,7 +60,9 @@ def mistakes(positions: PonsSet, actions: np.ndarray) -> np.ndarray:
     return chosen_classes(positions, actions) < positions.move_classes.max(axis=1)
 
 
-def mistake_rates(player: Player, sets: Iterable[str] | None = None, seed: int = 0) -> dict[str, Any]:
+def mistake_rates(
+    player: Player, sets: Iterable[str] | None = None, seed: int = 0, limit: int | None = None
+) -> dict[str, Any]:
     """A player's mistake rate on each of Pons' sets (see the module for the method).
 
     A :class:`~torchrl_mask.games.players.BatchPlayer` (a trained model's
@@ -70,6 +72,7 @@ def mistake_rates(player: Player, sets: Iterable[str] | None = None, seed: int =
     :param player: any Connect Four player ``(observation (6, 7, 2), mask (7,), rng) -> column``.
     :param sets: the sets to play (names of :data:`~torchrl_mask.games.pons_sets.SET_NAMES`); None: all six.
     :param seed: seeds the player's random choices (one generator for all sets, in order).
+    :param limit: play only each set's first ``limit`` positions (a slow player's sample); None: all 1,000.
     :return: ``{<set>: rate, ..., "mean": mean of the rates, "positions": positions played, "illegal_moves": n}``.
     :raises ValueError: a set name that is not one of Pons' six.
     """
@@ -81,7 +84,7 @@ def mistake_rates(player: Player, sets: Iterable[str] | None = None, seed: int =
     out: dict[str, Any] = {}
     positions = illegal = 0
     for name in names:
-        test = all_sets[name]
+        test = all_sets[name].head(limit)
         actions = moves(player, test.views, test.masks, rng)
         chosen = chosen_classes(test, actions)
         out[name] = float(np.mean(chosen < test.move_classes.max(axis=1)))

@@ -60,6 +60,16 @@ class PonsSet:
     views: np.ndarray
     masks: np.ndarray
 
+    def head(self, count: int | None) -> PonsSet:
+        """The set's first ``count`` positions (all of them for None).
+
+        :param count: positions kept.
+        :return: a set of those positions.
+        """
+        rows = slice(count)
+        arrays = (self.sequences, self.scores, self.move_scores, self.views, self.masks)
+        return PonsSet(self.name, *(array[rows] for array in arrays))
+
     @property
     def move_classes(self) -> np.ndarray:
         """int8 ``(n, 7)``: each legal column's value class for the mover, +1 win, 0 draw, -1 loss; -2 full."""
