@@ -16,7 +16,7 @@ pytest.importorskip("pettingzoo")
 from torchrl_mask import MaskablePPO, SeatEnv
 from torchrl_mask.games.boards import BoardGames
 from torchrl_mask.games.evaluation import model_player, play_games, summarise
-from torchrl_mask.games.mcts import mcts_player
+from torchrl_mask.games.mcts import _Node, mcts_player
 from torchrl_mask.games.players import moves
 from torchrl_mask.games.pons_sets import load_sets
 from torchrl_mask.games.search import perfect_tictactoe
@@ -55,9 +55,10 @@ def _one_move_wins(count: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]
     return found
 
 
-def test_the_search_takes_a_one_move_win_in_connect_four() -> None:
+@pytest.mark.parametrize("batch", [1, 8])
+def test_the_search_takes_a_one_move_win_in_connect_four(batch: int) -> None:
     found = _one_move_wins(20)
-    player, rng = mcts_player(_model("connect_four_v3"), 50), np.random.default_rng(0)
+    player, rng = mcts_player(_model("connect_four_v3"), 50, batch=batch), np.random.default_rng(0)
     assert all(wins[player(view, mask, rng)] for view, mask, wins in found)
     # the network alone, untrained, misses some of them: the search found what it did not
     views, masks = np.stack([view for view, *_ in found]), np.stack([mask for _, mask, _ in found])
@@ -69,14 +70,13 @@ def test_the_priors_and_value_are_sb3_contribs_masked_distribution_and_value_hea
     test = load_sets()["middle_medium"]
     model = _model("connect_four_v3")
     player = mcts_player(model, 1)
-    for view, mask in zip(test.views[:20], test.masks[:20], strict=True):
-        priors, value = player.guess(view, mask)
-        obs, _ = model.policy.obs_to_tensor(view[None])
-        with torch.no_grad():
-            theirs = model.policy.get_distribution(obs, action_masks=mask[None]).distribution.probs[0].numpy()
-            their_value = float(model.policy.predict_values(obs)[0, 0])
-        assert np.allclose(priors, theirs, atol=1e-7) and (priors[~mask] == 0).all()
-        assert value == their_value
+    priors, values = player.guess(test.views[:20], test.masks[:20])
+    obs, _ = model.policy.obs_to_tensor(test.views[:20])
+    with torch.no_grad():
+        theirs = model.policy.get_distribution(obs, action_masks=test.masks[:20]).distribution.probs.numpy()
+        their_values = model.policy.predict_values(obs)[:, 0].numpy()
+    assert np.allclose(priors, theirs, atol=1e-7) and (priors[~test.masks[:20]] == 0).all()
+    assert np.allclose(values, their_values, atol=1e-7)
 
 
 def test_zero_simulations_play_the_networks_own_move() -> None:
@@ -86,6 +86,28 @@ def test_zero_simulations_play_the_networks_own_move() -> None:
     alone = moves(model_player(model), test.views[:50], test.masks[:50], rng)
     searched, _ = mcts_player(model, 0).predict(test.views[:50], action_masks=test.masks[:50])
     assert (searched == alone).all()
+
+
+def test_a_search_counts_each_simulation_once_and_leaves_no_virtual_loss() -> None:
+    test = load_sets()["middle_medium"]
+    player = mcts_player(_model("connect_four_v3"), 0)
+    for batch in (1, 8):
+        player.batch = batch
+        root = _Node(
+            BoardGames.from_views("connect_four_v3", test.views[:1]),
+            player.guess(test.views[:1], test.masks[:1])[0][0],
+            test.masks[0],
+        )
+        done = 0
+        while done < 100:
+            done += player._simulate(root, min(batch, 100 - done))
+        visits = np.round(root.visits).astype(int)
+        assert visits.sum() == 100 and float(root.stats["total_visits"]) == 101.0  # the root's own visit: 1
+        for action, child in root.children.items():  # no move still waits on the network, no loss is virtual
+            assert isinstance(child, _Node | float)
+            if isinstance(child, _Node):
+                assert np.round(child.visits).sum() == visits[action] - 1
+                assert abs(root.wins[action] / visits[action]) <= 1.0
 
 
 def test_predict_gives_the_players_moves_for_a_batch_or_one_view() -> None:
@@ -101,6 +123,8 @@ def test_bad_arguments_are_refused_naming_the_fix() -> None:
     model = _model("tictactoe_v3")
     with pytest.raises(ValueError, match="give 0"):
         mcts_player(model, -1)
+    with pytest.raises(ValueError, match="batch >= 1"):
+        mcts_player(model, 5, batch=0)
     with pytest.raises(ValueError, match=r"tic-tac-toe \(3, 3, 2\)"):
         mcts_player(model, 5)(np.zeros((4, 4, 2), np.int8), np.ones(16, bool), np.random.default_rng(0))
 

@@ -17,6 +17,12 @@ PettingZoo's rules (:class:`~torchrl_mask.games.boards.BoardGames`). Each of ``s
    expected return), or, where the move ends the game, the exact result (+1 a win for the mover, 0 a draw);
 3. **backs up** the value along the path, negated at each ply (a win for one seat is a loss for the other).
 
+The network values ``batch`` new positions in one call (AlphaGo's virtual loss): a batch's descents run one after
+the other, each leaving its path counted as visited and lost for every mover on it, so that the next descents of
+the batch spread out; the network then values the batch's new positions together, and each path's virtual loss
+is replaced by its value. A descent that would run into a position already waiting ends the batch early. With
+``batch=1`` every simulation sees all the ones before it, as in the plain algorithm.
+
 The move played is the root's most visited one (ties broken at random with the player's ``rng``); with
 ``simulations=0`` it is the network's most probable legal move (the model alone, as ``predict`` plays). An
 untried move counts ``Q = 0`` (a draw): PUCTScore divides ``W`` by ``N``, so its visits are given as
@@ -59,6 +65,7 @@ __all__ = ["C_PUCT", "GAMES", "MCTSPlayer", "mcts_player"]
 
 GAMES = {(6, 7, 2): "connect_four_v3", (3, 3, 2): "tictactoe_v3"}  # view shape -> game searched
 C_PUCT = 1.5  # the exploration constant c
+BATCH = 8  # new positions the network values in one call
 _UNTRIED = 1e-8  # added to every move's visit count (see the module): N for N >= 1 in float32, 0 / 1e-8 = 0 for N = 0
 
 
@@ -68,7 +75,8 @@ class _Node:
     ``stats`` holds PUCTScore's inputs as tensors sharing memory with numpy arrays the backup updates in place:
     ``"win_count"`` (W, float32 ``(n_actions,)``, the sum of the values backed up through each move, for this
     node's mover), ``"visits"`` (N + 1e-8), ``"prior_prob"`` (P) and ``"total_visits"`` (the node's visits, ``()``).
-    ``children`` maps a tried move to its node, or to the exact value of a move that ended the game.
+    ``children`` maps a tried move to its node, to the exact value of a move that ended the game, or to None while
+    the position after it waits on the network (within a batch).
     """
 
     __slots__ = ("children", "games", "illegal", "stats", "visits", "wins")
@@ -86,7 +94,7 @@ class _Node:
             },
             batch_size=[],
         )
-        self.children: dict[int, _Node | float] = {}
+        self.children: dict[int, _Node | float | None] = {}
 
 
 class MCTSPlayer:
@@ -95,39 +103,41 @@ class MCTSPlayer:
     :param model: a MaskablePPO whose observations are the game's views.
     :param simulations: simulations per move (0: the network's most probable move).
     :param c_puct: the exploration constant.
+    :param batch: new positions valued by the network in one call.
     """
 
     __name__ = "mcts"
 
-    def __init__(self, model: BaseAlgorithm, simulations: int, c_puct: float = C_PUCT) -> None:
+    def __init__(self, model: BaseAlgorithm, simulations: int, c_puct: float = C_PUCT, batch: int = BATCH) -> None:
         self.policy, self.simulations, self.device = model.policy, simulations, model.policy.device
+        self.batch = batch
         self.score = PUCTScore(c=c_puct)
         self.distribution = MaskedCategoricals([model.action_space.n])  # type: ignore[attr-defined]
         self.__name__ = f"mcts_{simulations}"
 
-    def guess(self, view: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, float]:
-        """The network's masked policy and its value of one position, for its mover.
+    def guess(self, views: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The network's masked policy and its value of positions, for their movers, in one call.
 
         One pass through the policy's parts, as sb3-contrib's ``MaskableActorCriticPolicy.forward`` makes it
         (features, the actor's and critic's latents, the action and value heads), the mask applied by the
         package's one masked distribution (:class:`~torchrl_mask.distributions.MaskedCategoricals`).
 
-        :param view: the mover's view.
-        :param mask: bool ``(n_actions,)``, the legal moves.
-        :return: the priors, float32 ``(n_actions,)`` (0 on illegal moves), and the value.
+        :param views: the movers' views, ``(n, *view)``.
+        :param masks: bool ``(n, n_actions)``, the legal moves.
+        :return: the priors, float32 ``(n, n_actions)`` (0 on illegal moves), and the values, float32 ``(n,)``.
         """
         policy: Any = self.policy
         with torch.no_grad():
-            features = policy.extract_features(torch.as_tensor(view[None], device=self.device))
+            features = policy.extract_features(torch.as_tensor(views, device=self.device))
             if policy.share_features_extractor:
                 latent_pi, latent_vf = policy.mlp_extractor(features)
             else:
                 latent_pi = policy.mlp_extractor.forward_actor(features[0])
                 latent_vf = policy.mlp_extractor.forward_critic(features[1])
-            legal = torch.as_tensor(mask[None], device=self.device)
+            legal = torch.as_tensor(masks, device=self.device)
             log_pmf = self.distribution.log_pmf(policy.action_net(latent_pi), legal)[0]
-            value = policy.value_net(latent_vf)
-        return log_pmf.exp().reshape(-1).cpu().numpy(), float(value)
+            values = policy.value_net(latent_vf)
+        return log_pmf.exp().reshape(len(views), -1).cpu().numpy(), values.reshape(-1).cpu().numpy()
 
     def __call__(self, observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
         """The root's most visited move after the simulations.
@@ -144,12 +154,12 @@ class MCTSPlayer:
             raise ValueError(
                 f"mcts_player searches Connect Four (6, 7, 2) and tic-tac-toe (3, 3, 2) views; got {view.shape}."
             )
-        priors, _ = self.guess(view, legal)
+        priors = self.guess(view[None], legal[None])[0][0]
         if self.simulations == 0:
             return int(np.flatnonzero(legal)[np.argmax(priors[legal])])
-        root = _Node(BoardGames.from_views(game, view[None]), priors, legal)
-        for _ in range(self.simulations):
-            self._simulate(root)
+        root, done = _Node(BoardGames.from_views(game, view[None]), priors, legal), 0
+        while done < self.simulations:
+            done += self._simulate(root, min(self.batch, self.simulations - done))
         visits = np.where(legal, root.visits, -1.0)
         return int(pick((visits == visits.max())[None], rng)[0])
 
@@ -175,54 +185,92 @@ class MCTSPlayer:
         scores = self.score(node.stats)["score"].masked_fill(node.illegal, -torch.inf)
         return int(scores.argmax())
 
-    def _expand(self, node: _Node, action: int) -> float:
-        """Play ``action`` from ``node``: its child node, or the game's result; the value for ``node``'s mover."""
-        games = node.games.copy()
-        mover = int(games.mover[0])
-        rewards, ended = games.step(np.array([action]))
-        if ended[0]:
-            result = float(rewards[0, mover])
-            node.children[action] = result
-            return result
-        views, masks = games.views()
-        priors, value = self.guess(views[0], masks[0])
-        node.children[action] = _Node(games, priors, masks[0])
-        return -value
-
-    def _simulate(self, root: _Node) -> None:
-        """One simulation: select down the tree, expand a move, back the value up (negated at each ply)."""
+    def _descend(self, root: _Node) -> list[tuple[_Node, int]] | None:
+        """Select from the root down to a move not tried yet or one that ends the game: the path of (node, move).
+        None where the path runs into a move that waits on the network in this batch (nothing is changed)."""
         node, path = root, []
         while True:
             action = self._select(node)
             path.append((node, action))
-            child = node.children.get(action)
+            if action not in node.children:
+                return path
+            child = node.children[action]
             if child is None:
-                value = self._expand(node, action)
-                break
+                return None
             if isinstance(child, float):
-                value = child
-                break
+                return path
             node = child
-        for node, action in reversed(path):
-            node.wins[action] += value
-            node.visits[action] += 1.0
-            node.stats["total_visits"] += 1.0
-            value = -value
+
+    def _simulate(self, root: _Node, size: int) -> int:
+        """Up to ``size`` simulations, their new positions valued by the network in one call (see the module).
+
+        :return: the simulations run (fewer than ``size`` when one would run into a move already waiting).
+        """
+        waiting: list[tuple[list[tuple[_Node, int]], BoardGames]] = []
+        ran = 0
+        while ran < size and (path := self._descend(root)) is not None:
+            ran += 1
+            node, action = path[-1]
+            known = node.children.get(action)
+            if isinstance(known, float):  # a move that ends the game, its result known
+                _back_up(path, known)
+                continue
+            games = node.games.copy()
+            mover = int(games.mover[0])
+            rewards, ended = games.step(np.array([action]))
+            if ended[0]:
+                node.children[action] = float(rewards[0, mover])
+                _back_up(path, float(rewards[0, mover]))
+            else:
+                node.children[action] = None  # waiting on the network
+                _virtual_loss(path, 1.0)
+                waiting.append((path, games))
+        if waiting:
+            seen = [games.views() for _, games in waiting]
+            views, masks = np.concatenate([view for view, _ in seen]), np.concatenate([mask for _, mask in seen])
+            priors, values = self.guess(views, masks)
+            for (path, games), prior, mask, value in zip(waiting, priors, masks, values, strict=True):
+                node, action = path[-1]
+                node.children[action] = _Node(games, prior, mask)
+                _virtual_loss(path, -1.0)
+                _back_up(path, -float(value))  # the child's value is its mover's: negated for ours
+        return ran
 
 
-def mcts_player(model: BaseAlgorithm, simulations: int, c_puct: float = C_PUCT) -> MCTSPlayer:
+def _back_up(path: list[tuple[_Node, int]], value: float) -> None:
+    """Add ``value`` (for the last node's mover) to each move of the path, negated at each ply, and a visit."""
+    for node, action in reversed(path):
+        node.wins[action] += value
+        node.visits[action] += 1.0
+        node.stats["total_visits"] += 1.0
+        value = -value
+
+
+def _virtual_loss(path: list[tuple[_Node, int]], sign: float) -> None:
+    """Count every move of the path as visited and lost for its mover (``sign`` 1), or take that back (-1), so
+    that the other descents of a batch spread out instead of following this path."""
+    for node, action in path:
+        node.wins[action] -= sign
+        node.visits[action] += sign
+        node.stats["total_visits"] += sign
+
+
+def mcts_player(model: BaseAlgorithm, simulations: int, c_puct: float = C_PUCT, batch: int = BATCH) -> MCTSPlayer:
     """A trained model that searches before each move (see the module).
 
     :param model: a MaskablePPO trained on ``connect_four_v3`` or ``tictactoe_v3`` (its observations the views).
     :param simulations: simulations per move, at least 0 (0: the network alone).
     :param c_puct: PUCT's exploration constant.
+    :param batch: new positions the network values in one call (1: one simulation after the other).
     :return: a player ``(observation, mask, rng) -> action``, with a ``predict(observation, action_masks)`` too.
-    :raises ValueError: ``simulations < 0``, or a recurrent model (its state has no place in a search).
+    :raises ValueError: ``simulations < 0``, ``batch < 1``, or a recurrent model (its state has no place in a search).
     """
+    if batch < 1:
+        raise ValueError(f"mcts_player(batch={batch}): the network values at least one position a call (batch >= 1).")
     if simulations < 0:
         raise ValueError(f"mcts_player(simulations={simulations}): give 0 (the network alone) or more simulations.")
     if hasattr(model.policy, "lstm_hidden_state_shape"):
         raise ValueError(
             "mcts_player searches with a feed-forward MaskablePPO; an LSTM model's state has no place in a tree."
         )
-    return MCTSPlayer(model, simulations, c_puct)
+    return MCTSPlayer(model, simulations, c_puct, batch)
