@@ -50,7 +50,7 @@ def forest_add_ratio(model: MaskablePPO, count: int = 300) -> dict[str, float]:
 
     test = load_sets()["middle_medium"]
     player = mcts_player(model, 1)
-    _, guess = timed(lambda: [player.guess(test.views[i], test.masks[i]) for i in range(count)])
+    _, guess = timed(lambda: [player.guess(test.views[i : i + 1], test.masks[i : i + 1]) for i in range(count)])
     forest = MCTSForest(max_size=2 * count)
     flags = {key: torch.tensor([False]) for key in ("done", "terminated", "truncated")}
 

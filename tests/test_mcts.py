@@ -110,6 +110,28 @@ def test_a_search_counts_each_simulation_once_and_leaves_no_virtual_loss() -> No
                 assert abs(root.wins[action] / visits[action]) <= 1.0
 
 
+def _searched(view: np.ndarray, simulations: int) -> _Node:
+    player = mcts_player(_model("connect_four_v3"), 0)
+    mask = ~view[0].any(-1)
+    root = _Node(BoardGames.from_views("connect_four_v3", view[None]), player.guess(view[None], mask[None])[0][0], mask)
+    done = 0
+    while done < simulations:
+        done += player._simulate(root, min(8, simulations - done))
+    return root
+
+
+def test_a_one_move_win_is_proved_and_a_double_threat_proved_lost() -> None:
+    for view, _, wins in _one_move_wins(5):
+        root = _searched(view, 30)
+        assert root.proven() == 1.0 and any(root.children.get(int(move)) == 1.0 for move in np.flatnonzero(wins))
+    # the opponent has three in the bottom row with both ends open: whatever the mover plays, it loses next move
+    view = np.zeros((6, 7, 2), np.int8)
+    view[5, 1:4, 1], view[4, 1:3, 0] = 1, 1
+    root = _searched(view, 400)
+    assert root.proven() == -1.0 and all(root.children[move] == -1.0 for move in range(7))
+    assert np.allclose(root.wins / root.visits, -1.0)  # each move's mean value made exact
+
+
 def test_predict_gives_the_players_moves_for_a_batch_or_one_view() -> None:
     test = load_sets()["end_easy"]
     player = mcts_player(_model("connect_four_v3"), 20)

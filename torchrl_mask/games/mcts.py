@@ -17,13 +17,18 @@ PettingZoo's rules (:class:`~torchrl_mask.games.boards.BoardGames`). Each of ``s
    expected return), or, where the move ends the game, the exact result (+1 a win for the mover, 0 a draw);
 3. **backs up** the value along the path, negated at each ply (a win for one seat is a loss for the other).
 
+Exact results travel up the tree (the MCTS-solver of Winands, Björnsson and Saito, 2008): a position one of
+whose moves is a proven win is a proven win for its mover, and one whose every move is proven is worth the best of
+them; in its parent it then counts as a move whose result is known, its mean value that result. The move played
+is a proven win where there is one, and never a proven loss while another move is not proven lost.
+
 The network values ``batch`` new positions in one call (AlphaGo's virtual loss): a batch's descents run one after
 the other, each leaving its path counted as visited and lost for every mover on it, so that the next descents of
 the batch spread out; the network then values the batch's new positions together, and each path's virtual loss
 is replaced by its value. A descent that would run into a position already waiting ends the batch early. With
 ``batch=1`` every simulation sees all the ones before it, as in the plain algorithm.
 
-The move played is the root's most visited one (ties broken at random with the player's ``rng``); with
+The move played is otherwise the root's most visited one (ties broken at random with the player's ``rng``); with
 ``simulations=0`` it is the network's most probable legal move (the model alone, as ``predict`` plays). An
 untried move counts ``Q = 0`` (a draw): PUCTScore divides ``W`` by ``N``, so its visits are given as
 ``N + 1e-8`` in float32, which is ``N`` itself for every ``N >= 1`` and makes ``0 / 1e-8 = 0`` for an untried move,
@@ -64,7 +69,7 @@ if TYPE_CHECKING:
 __all__ = ["C_PUCT", "GAMES", "MCTSPlayer", "mcts_player"]
 
 GAMES = {(6, 7, 2): "connect_four_v3", (3, 3, 2): "tictactoe_v3"}  # view shape -> game searched
-C_PUCT = 1.5  # the exploration constant c
+C_PUCT = 1.0  # the exploration constant c
 BATCH = 8  # new positions the network values in one call
 _UNTRIED = 1e-8  # added to every move's visit count (see the module): N for N >= 1 in float32, 0 / 1e-8 = 0 for N = 0
 
@@ -79,10 +84,10 @@ class _Node:
     the position after it waits on the network (within a batch).
     """
 
-    __slots__ = ("children", "games", "illegal", "stats", "visits", "wins")
+    __slots__ = ("children", "games", "illegal", "legal", "stats", "visits", "wins")
 
     def __init__(self, games: BoardGames, priors: np.ndarray, legal: np.ndarray) -> None:
-        self.games, self.illegal = games, torch.from_numpy(~legal)
+        self.games, self.legal, self.illegal = games, np.flatnonzero(legal), torch.from_numpy(~legal)
         self.wins = np.zeros(len(priors), np.float32)
         self.visits = np.full(len(priors), _UNTRIED, np.float32)
         self.stats = TensorDict(
@@ -95,6 +100,14 @@ class _Node:
             batch_size=[],
         )
         self.children: dict[int, _Node | float | None] = {}
+
+    def proven(self) -> float | None:
+        """The position's exact value for its mover, where its moves' exact results settle it: a win where one
+        move wins, else the best result once every move's is known; None otherwise."""
+        results = [child for child in map(self.children.get, self.legal.tolist()) if isinstance(child, float)]
+        if 1.0 in results:
+            return 1.0
+        return max(results) if len(results) == len(self.legal) else None
 
 
 class MCTSPlayer:
@@ -160,7 +173,20 @@ class MCTSPlayer:
         root, done = _Node(BoardGames.from_views(game, view[None]), priors, legal), 0
         while done < self.simulations:
             done += self._simulate(root, min(self.batch, self.simulations - done))
-        visits = np.where(legal, root.visits, -1.0)
+        return self._choose(root, legal, rng)
+
+    @staticmethod
+    def _choose(root: _Node, legal: np.ndarray, rng: np.random.Generator) -> int:
+        """A move the search proved a win, else the most visited of those not proved lost (of all where every
+        move is lost); ties broken at random."""
+        exact = np.full(len(legal), np.nan)
+        for move, child in root.children.items():
+            if isinstance(child, float):
+                exact[move] = child
+        if (exact == 1.0).any():
+            return int(pick((exact == 1.0)[None], rng)[0])
+        open_moves = legal & ~(exact == -1.0)
+        visits = np.where(open_moves if open_moves.any() else legal, root.visits, -1.0)
         return int(pick((visits == visits.max())[None], rng)[0])
 
     def predict(
@@ -221,6 +247,7 @@ class MCTSPlayer:
             if ended[0]:
                 node.children[action] = float(rewards[0, mover])
                 _back_up(path, float(rewards[0, mover]))
+                _settle(path)
             else:
                 node.children[action] = None  # waiting on the network
                 _virtual_loss(path, 1.0)
@@ -238,12 +265,30 @@ class MCTSPlayer:
 
 
 def _back_up(path: list[tuple[_Node, int]], value: float) -> None:
-    """Add ``value`` (for the last node's mover) to each move of the path, negated at each ply, and a visit."""
+    """Add ``value`` (for the last node's mover) to each move of the path, negated at each ply, and a visit; a move
+    whose result is exact takes that result instead, and its mean value is made exactly that."""
     for node, action in reversed(path):
-        node.wins[action] += value
         node.visits[action] += 1.0
         node.stats["total_visits"] += 1.0
+        exact = node.children.get(action)
+        if isinstance(exact, float):
+            value = exact
+            node.wins[action] = exact * node.visits[action]
+        else:
+            node.wins[action] += value
         value = -value
+
+
+def _settle(path: list[tuple[_Node, int]]) -> None:
+    """After the path's last move got an exact result: each node up the path that its moves' exact results now
+    settle (:meth:`_Node.proven`) becomes that exact result in its parent, the move's mean value made exact."""
+    for depth in range(len(path) - 1, 0, -1):
+        value = path[depth][0].proven()
+        if value is None:
+            return
+        parent, move = path[depth - 1]
+        parent.children[move] = -value
+        parent.wins[move] = -value * parent.visits[move]
 
 
 def _virtual_loss(path: list[tuple[_Node, int]], sign: float) -> None:
