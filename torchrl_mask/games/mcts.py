@@ -153,7 +153,7 @@ class MCTSPlayer:
         return log_pmf.exp().reshape(len(views), -1).cpu().numpy(), values.reshape(-1).cpu().numpy()
 
     def __call__(self, observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
-        """The root's most visited move after the simulations.
+        """The move after the simulations: a proven win, else the most visited move not proven lost.
 
         :param observation: the mover's view ``(6, 7, 2)`` (Connect Four) or ``(3, 3, 2)`` (tic-tac-toe).
         :param mask: bool ``(n_actions,)``, the legal moves.
