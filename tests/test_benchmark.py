@@ -269,14 +269,15 @@ def test_bench_memory_trains_both_models_for_the_same_time_and_reports_their_chi
 
 
 def test_bench_selfplay_measures_the_run_that_train_would_make_of_the_options_after_the_double_dash():
-    from torchrl_mask.app.config import UsageError
+    from torchrl_mask.app.hyperparams import UsageError
     from torchrl_mask.bench.selfplay import _parse, train_config
 
     args = _parse(["--games", "connect_four_v3", "--rounds", "2", "--", "--self-share", "0.25", "--threads", "1"])
     assert (args.rounds, args.train_args) == (2, ["--self-share", "0.25", "--threads", "1"])
     config = train_config("connect_four_v3", 3, args.train_args)
-    assert (config.self_share, config.threads, config.seed, config.pool_size) == (0.25, 1, 3, 4)  # its league kept
-    assert config.fixed_share == 0.5  # the game's, not given
+    selfplay = config.selfplay
+    assert (selfplay.self_share, config.threads, config.seed, selfplay.pool_size) == (0.25, 1, 3, 4)  # its league kept
+    assert selfplay.fixed_share == 0.5  # the game's, not given
     assert config.hyperparams["policy_kwargs"]["features_extractor_class"] == "BoardCNN"  # the game's defaults
     assert _parse(["--rounds", "1"]).train_args == []
     with pytest.raises(UsageError, match="not a share of games"):
@@ -292,3 +293,11 @@ def test_bench_selfplay_says_not_run_for_the_whole_runs_it_skipped():
     report = render([speeds], "torchrl-mask bench selfplay --no-run", 1).splitlines()
     assert "| tictactoe_v3 | 100 | 50 | 0.50x (0.50x-0.50x) | not run | not run | 20 | 0.20x (0.20x-0.20x) |" in report
     assert report[-1] == "| tictactoe_v3 | 10,000 | 20,000 | 4,000 | 9,000 | not run" + " | not run" * 5 + " |"
+
+
+@pytest.mark.parametrize(("game", "says"), [("foo_v1", "is not a PettingZoo classic game"), ("rps_v2", "action mask")])
+def test_bench_selfplay_refuses_a_game_it_cannot_play_in_one_line(game: str, says: str) -> None:
+    refused = subprocess.run([sys.executable, "-m", "torchrl_mask", "bench", "selfplay", "--games", game, "--rounds",
+                              "1"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.count("\n") == 1 and says in refused.stderr and "Traceback" not in refused.stderr

@@ -15,9 +15,9 @@ from stable_baselines3.common.torch_layers import FlattenExtractor
 from stable_baselines3.common.vec_env import VecTransposeImage
 
 from torchrl_mask import MaskablePPO, SeatEnv
-from torchrl_mask.app.config import GAME_HYPERPARAMS, game_hyperparams
 from torchrl_mask.games.env import game_spaces, make_game
 from torchrl_mask.games.network import BoardCNN, with_extractor_classes
+from torchrl_mask.games.profile import game_profile
 
 BOARD_GAMES = {"tictactoe_v3": (3, 3, 2), "connect_four_v3": (6, 7, 2), "go_v5": (19, 19, 17), "chess_v6": (8, 8, 111)}
 SMALL = {"features_extractor_class": BoardCNN, "features_extractor_kwargs": {"channels": 8, "features_dim": 32}}
@@ -120,11 +120,11 @@ def test_maskable_ppo_with_board_cnn_learns_tic_tac_toe_against_random_a_little(
 
 def test_board_games_default_to_board_cnn_and_the_rest_keep_the_mlp() -> None:
     for game_name in BOARD_GAMES:
-        policy_kwargs = with_extractor_classes(game_hyperparams(f"pettingzoo:{game_name}")["policy_kwargs"])
+        policy_kwargs = with_extractor_classes(game_profile(game_name).hyperparams["policy_kwargs"])
         assert policy_kwargs["features_extractor_class"] is BoardCNN
     for game_name in ("leduc_holdem_v4", "texas_holdem_v4", "texas_holdem_no_limit_v6", "hanabi_v5"):
-        assert "features_extractor_class" not in game_hyperparams(f"pettingzoo:{game_name}")["policy_kwargs"]
-    assert "features_extractor_class" not in GAME_HYPERPARAMS["default"]["policy_kwargs"]
+        assert "features_extractor_class" not in game_profile(game_name).hyperparams["policy_kwargs"]
+    assert "features_extractor_class" not in game_profile("default").hyperparams["policy_kwargs"]
     default = MaskablePPO("MlpPolicy", SeatEnv("tictactoe_v3"), seed=0)  # MlpPolicy's own extractor is untouched
     assert isinstance(default.policy.features_extractor, FlattenExtractor)
 

@@ -113,7 +113,7 @@ def test_engines_are_refused_where_they_do_not_apply_naming_the_fix() -> None:
     with pytest.raises(ValueError, match=r"steps through PettingZoo's own env: use engine='auto' or 'pettingzoo'"):
         TurnBasedEnv("leduc_holdem_v4", engine="numpy")
     assert TurnBasedEnv("leduc_holdem_v4").engine == "pettingzoo"
-    assert TurnBasedEnv("pettingzoo:connect_four_v3").engine == "numpy"
+    assert TurnBasedEnv("connect_four_v3").engine == "numpy"
     with pytest.raises(ValueError, match="has no numpy boards"):
         BoardGames("chess_v6", 1)
 

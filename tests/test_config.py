@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from torchrl_mask.app.config import UsageError, check_hyperparams, check_minibatches, load_conf_file, parse_hyperparam
+from torchrl_mask.app.conf_file import load_conf_file
+from torchrl_mask.app.hyperparams import UsageError, check_hyperparams, check_minibatches, parse_hyperparam
 
 
 @pytest.mark.parametrize(
@@ -88,8 +89,8 @@ def test_a_file_gives_the_env_entry_else_its_default(tmp_path: Path) -> None:
             """
         )
     )
-    assert load_conf_file(path, "Taxi-v4") == {"n_timesteps": 200_000, "n_envs": 4, "learning_rate": "lin_2.5e-4"}
-    assert load_conf_file(path, "FrozenLake-v1") == {"n_timesteps": 10_000, "policy": "MlpPolicy"}
+    assert load_conf_file(path, "Taxi-v4") == ({"n_timesteps": 200_000, "n_envs": 4, "learning_rate": "lin_2.5e-4"}, {})
+    assert load_conf_file(path, "FrozenLake-v1") == ({"n_timesteps": 10_000, "policy": "MlpPolicy"}, {})
 
 
 @pytest.mark.parametrize(

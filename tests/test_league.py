@@ -11,8 +11,8 @@ import torch
 from torchrl.collectors import Collector, MultiSyncCollector
 
 from torchrl_mask import MaskablePPO, SeatEnv, SelfPlayPolicy, TurnBasedEnv
-from torchrl_mask.app.config import TrainConfig
-from torchrl_mask.app.selfplay_training import SNAPSHOTS, build_collector
+from torchrl_mask.app.config import SelfPlay, TrainConfig
+from torchrl_mask.app.game_collector import SNAPSHOTS, build_collector
 from torchrl_mask.games.evaluation import WinRates, evaluate_games, point_values
 from torchrl_mask.games.league import League
 from torchrl_mask.games.search import negamax, perfect_tictactoe
@@ -137,8 +137,10 @@ def test_a_game_keeps_the_opponent_its_first_move_drew_when_the_league_changes_i
 def test_the_train_job_takes_about_thirty_snapshots_a_run_and_one_per_ten_rollouts_at_most() -> None:
     model = _model()  # 64 moves a rollout per game
     for moves, every in ((10_000, 10), (1_000_000, 2 * 1_000_000 // (2 * 64) // SNAPSHOTS)):
-        config = TrainConfig(env_id="pettingzoo:tictactoe_v3", n_timesteps=moves, n_envs=2, pool_size=1)
-        collector = build_collector(config, model, "tictactoe_v3", pool_size=1)
+        config = TrainConfig(
+            env_id="pettingzoo:tictactoe_v3", n_timesteps=moves, n_envs=2, selfplay=SelfPlay(pool_size=1)
+        )
+        collector = build_collector(config, model, "tictactoe_v3")
         assert collector.policy.snapshot_every == every
     assert every > 10  # the long run's snapshots are spaced out, so measuring each stays a small share of it
 

@@ -167,3 +167,35 @@ def test_a_missing_file_a_non_model_or_another_games_model_is_refused_in_one_lin
         assert run.returncode == 2
         assert len(run.stderr.splitlines()) == 1 and re.search(problem, run.stderr), run.stderr
         assert "pass" in run.stderr and run.stdout == ""
+
+
+@pytest.mark.slow
+def test_a_reader_that_stops_reading_ends_play_quietly(models: dict[str, Path]) -> None:
+    # `torchrl-mask play ... | head -n 1`: the reader goes away after one line, play's next writes find no reader
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
+    command = [sys.executable, "-m", "torchrl_mask", "play", "--env", "pettingzoo:tictactoe_v3", "-i",
+               str(models["tictactoe_v3"]), "--seat", "second"]  # fmt: skip
+    play = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    head = subprocess.run(["head", "-n", "1"], stdin=play.stdout, capture_output=True, text=True, timeout=120)
+    assert play.stdout is not None
+    play.stdout.close()  # the pipe's read end is head's alone, as in a shell
+    stderr = play.communicate(timeout=120)[1].decode()
+    assert head.stdout.startswith("You play"), head.stdout
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+    assert play.returncode in (0, 141), (play.returncode, stderr)  # done before head left, or told it had
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_play_starts_up_is_one_line(models: dict[str, Path]) -> None:
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
+    command = [sys.executable, "-m", "torchrl_mask", "play", "--env", "pettingzoo:tictactoe_v3", "-i",
+               str(models["tictactoe_v3"])]  # fmt: skip
+    play = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.5)  # inside its imports (torch, the game), before the game begins
+    play.send_signal(signal.SIGINT)
+    stderr = play.communicate(timeout=120)[1].decode()
+    assert play.returncode == 130, stderr
+    assert "Traceback" not in stderr and stderr.strip().count("\n") == 0, stderr

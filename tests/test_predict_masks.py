@@ -105,3 +105,22 @@ def test_every_model_warns_when_it_predicts_without_the_masks_its_env_has(name: 
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnmaskedPredictWarning)
         model.predict(obs, action_masks=np.ones((2, 5), bool))
+
+
+def test_a_policy_whose_logits_diverged_refuses_to_predict_rather_than_play_a_forbidden_move() -> None:
+    # Logits around +-1e9 put every legal move below the masked value -1e8: sb3-contrib's distribution then plays
+    # a masked move (0 or 7 where only 5 is legal); ours names the cause instead.
+    from torchrl_mask import SeatEnv
+    from torchrl_mask.distributions import DivergedLogits
+
+    env = SeatEnv("tictactoe_v3")
+    model = MaskablePPO("MlpPolicy", env, seed=0)
+    observation, _ = env.reset(seed=0)
+    mask = np.zeros(9, dtype=bool)
+    mask[5] = True
+    assert model.predict(observation, action_masks=mask, deterministic=True)[0] == 5
+    with torch.no_grad():
+        model.policy.action_net.weight.zero_()
+        model.policy.action_net.bias.copy_(torch.tensor([1e9, 0, 0, 0, 0, -1e9, 0, 1e9, 0]))
+    with pytest.raises(DivergedLogits, match="the policy's logits diverged"):
+        model.predict(observation, action_masks=mask, deterministic=True)

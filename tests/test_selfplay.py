@@ -26,9 +26,10 @@ pytest.importorskip("pettingzoo")
 
 from torchrl_mask import MaskablePPO, MaskableRolloutBuffer, SeatEnv, SelfPlayPolicy, TurnBasedEnv
 from torchrl_mask.app.cli import main
-from torchrl_mask.app.config import TrainConfig
+from torchrl_mask.app.config import SelfPlay, TrainConfig
+from torchrl_mask.app.game_collector import worker_count
+from torchrl_mask.app.game_task import GameTask
 from torchrl_mask.app.run_folder import LOCK
-from torchrl_mask.app.selfplay_training import build_collector, build_model, worker_count
 from torchrl_mask.games.players import one_ply_heuristic, random_legal
 from torchrl_mask.games.seat_split import pack_rows, seat_transitions
 
@@ -298,10 +299,11 @@ def test_the_train_jobs_multisync_workers_each_play_a_batch_of_games(
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     hyperparams = {"n_steps": 16, "batch_size": 48, "n_epochs": 1, "policy_kwargs": {"net_arch": [16]}}
     config = TrainConfig(env_id="pettingzoo:tictactoe_v3", algo=algo, n_timesteps=96, n_envs=6,
-                         hyperparams=hyperparams, seed=3, collector="multisync", pool_size=1,
-                         league_players=("random",))  # fmt: skip
-    model = build_model(config, "tictactoe_v3", "cpu")
-    collector = build_collector(config, model, "tictactoe_v3", pool_size=1)
+                         hyperparams=hyperparams, seed=3, collector="multisync",
+                         selfplay=SelfPlay(pool_size=1, league_players=("random",)))  # fmt: skip
+    task = GameTask(config)
+    model = task.build_model("cpu", None)
+    collector = task.collector
     try:
         assert collector.num_workers == 2
         assert all(make().batch_size == (3,) for make in collector.create_env_fn)  # what each worker builds

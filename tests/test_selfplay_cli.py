@@ -19,8 +19,11 @@ pytest.importorskip("pettingzoo")
 from selfplay_faults import FaultyPolicy
 
 from torchrl_mask import MaskablePPO, MaskableRecurrentPPO, SeatEnv
-from torchrl_mask.app.cli import build_parser, config_from_args
-from torchrl_mask.app.config import UsageError
+from torchrl_mask.app.cli import build_parser
+from torchrl_mask.app.config import SelfPlay, TrainConfig
+from torchrl_mask.app.game_collector import run_symmetries
+from torchrl_mask.app.hyperparams import UsageError
+from torchrl_mask.app.train_args import config_from_args
 
 pytestmark = pytest.mark.slow  # every test starts a CLI subprocess
 
@@ -113,7 +116,7 @@ def test_self_play_keeps_the_model_when_writing_the_plot_raises(tmp_path: Path) 
     # No option makes matplotlib fail, so the child replaces the plot function before running the CLI's main.
     out = tmp_path / "run"
     code = (
-        "import sys, selfplay_faults as faults, torchrl_mask.app.selfplay_training as job\n"
+        "import sys, selfplay_faults as faults, torchrl_mask.app.selfplay_files as job\n"
         "def plot(*args, **kwargs): raise faults.InjectedFault('injected into the plot')\n"
         "job.plot_win_rates = plot\n"
         "from torchrl_mask.app.cli import main\n"
@@ -279,27 +282,30 @@ def test_symmetries_asked_for_where_none_apply_are_one_line_exit_2_saying_why(
     ("env", "given", "why"),
     [
         ("pettingzoo:connect_four_v3", ["--no-symmetries"], "but --no-symmetries"),
-        ("pettingzoo:leduc_holdem_v4", [], "leduc_holdem_v4 with ppo_mask trains on no images"),
-        ("pettingzoo:tictactoe_v3", ["--algo", "ppo_lstm_mask"], "tictactoe_v3 with ppo_lstm_mask trains on no images"),
+        ("pettingzoo:leduc_holdem_v4", [], "but leduc_holdem_v4 has no symmetries"),
+        ("pettingzoo:tictactoe_v3", ["--algo", "ppo_lstm_mask"], "but --algo ppo_lstm_mask trains on no images"),
     ],
     ids=["no-symmetries", "none-listed", "lstm"],
 )
-def test_random_images_without_symmetries_are_one_line_exit_2_saying_why(
-    tmp_path: Path, env: str, given: list[str], why: str
+@pytest.mark.parametrize("images", ["random", "all"])
+def test_images_without_symmetries_are_one_line_exit_2_saying_why(
+    tmp_path: Path, env: str, given: list[str], why: str, images: str
 ) -> None:
     out = tmp_path / "run"
-    proc = run_cli("--env", env, "--images", "random", *given, "--out", str(out), *QUIET)
+    proc = run_cli("--env", env, "--images", images, *given, "--out", str(out), *QUIET)
     assert proc.returncode == 2
-    assert "--images random draws among a move's images" in _one_line(proc) and why in _one_line(proc)
+    assert f"--images {images} says how a move's images are trained on" in _one_line(proc) and why in _one_line(proc)
     assert not out.exists()
 
 
-def test_which_symmetries_a_run_trains_on() -> None:
-    from torchrl_mask.app.selfplay_training import run_symmetries
+def _config(*given: str) -> TrainConfig:
+    return config_from_args(build_parser().parse_args(["train", *given]))
 
+
+def test_which_symmetries_a_run_trains_on() -> None:
     def names(*given: str) -> list[str]:
-        args = build_parser().parse_args(["train", *given])
-        return [symmetry.name for symmetry in run_symmetries(config_from_args(args), args.env.split(":")[1])]
+        config = _config(*given)
+        return [symmetry.name for symmetry in run_symmetries(config, config.kind.name)]
 
     assert names("--env", "pettingzoo:connect_four_v3") == ["mirror"]  # the game's, by default
     assert len(names("--env", "pettingzoo:tictactoe_v3")) == 7
@@ -308,10 +314,13 @@ def test_which_symmetries_a_run_trains_on() -> None:
     assert names("--env", "pettingzoo:leduc_holdem_v4") == []
 
     def images(*given: str) -> str:
-        return config_from_args(build_parser().parse_args(["train", *given])).images
+        selfplay = _config(*given).selfplay
+        assert selfplay is not None
+        return selfplay.images
 
-    assert images("--env", "pettingzoo:tictactoe_v3") == "random"  # the game's (GAME_IMAGES)
-    assert images("--env", "pettingzoo:connect_four_v3") == images("--env", "Taxi-v4") == "all"  # none listed
+    assert images("--env", "pettingzoo:tictactoe_v3") == "random"  # the game's record
+    assert images("--env", "pettingzoo:connect_four_v3") == "all"
+    assert _config("--env", "Taxi-v4").selfplay is None  # a gymnasium env: no self-play at all
     assert images("--env", "pettingzoo:tictactoe_v3", "--images", "all") == "all"  # as given
     assert images("--env", "pettingzoo:connect_four_v3", "--images", "random") == "random"
     assert images("--env", "pettingzoo:tictactoe_v3", "--no-symmetries") == "all"  # no images, nothing to draw
@@ -337,46 +346,39 @@ def test_a_pool_size_above_the_bound_is_one_line_exit_2_naming_it(tmp_path: Path
     ],
 )
 def test_the_board_games_train_against_their_league_unless_told_otherwise(given: list[str], league: tuple) -> None:
-    args = build_parser().parse_args(["train", "--env", "pettingzoo:tictactoe_v3", *given])
-    config = config_from_args(args)
+    def selfplay(*given: str) -> SelfPlay:
+        played = _config(*given).selfplay
+        assert played is not None
+        return played
+
+    config = selfplay("--env", "pettingzoo:tictactoe_v3", *given)
     assert (config.pool_size, config.league_players) == league
     assert config.fixed_share is None  # one draw over all the opponents, unless --fixed-share
-    four = config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:connect_four_v3"]))
+    four = selfplay("--env", "pettingzoo:connect_four_v3")
     assert (four.pool_size, four.league_players) == (4, ("heuristic", "negamax_2", "random"))
     assert (four.fixed_share, four.self_share) == (0.5, 0.5)  # Connect Four's own shares
-    given = ["train", "--env", "pettingzoo:connect_four_v3", "--fixed-share", "none", "--self-share", "0"]
-    drawn = config_from_args(build_parser().parse_args(given))
+    drawn = selfplay("--env", "pettingzoo:connect_four_v3", "--fixed-share", "none", "--self-share", "0")
     assert (drawn.fixed_share, drawn.self_share) == (None, 0.0)  # one draw over all the opponents, asked for
     with pytest.raises(UsageError, match=r"'half' is not a share of games.*or none for one draw"):
         build_parser().parse_args(["train", "--env", "pettingzoo:connect_four_v3", "--fixed-share", "half"])
-    given = ["train", "--env", "pettingzoo:connect_four_v3", "--fixed-share", "0.2", "--self-share", "0.25"]
-    shares = config_from_args(build_parser().parse_args(given))
+    shares = selfplay("--env", "pettingzoo:connect_four_v3", "--fixed-share", "0.2", "--self-share", "0.25")
     assert (shares.fixed_share, shares.self_share) == (0.2, 0.25)  # as given
     assert config.self_share == 0.0  # tic-tac-toe: no games against itself, unless --self-share
-    alone = config_from_args(
-        build_parser().parse_args(["train", "--env", "pettingzoo:connect_four_v3", "--pool-size", "0"])
-    )
+    alone = selfplay("--env", "pettingzoo:connect_four_v3", "--pool-size", "0")
     assert alone.self_share == 0.0 and alone.fixed_share is None  # no league: no share to give
-    fixed = config_from_args(
-        build_parser().parse_args(
-            ["train", "--env", "pettingzoo:connect_four_v3", "--pool-size", "0", "--fixed-share", "0.3"]
-        )
-    )
-    assert fixed.fixed_share == 0.3  # as given, league or not (check_league says what it is of)
-    other = config_from_args(build_parser().parse_args(["train", "--env", "pettingzoo:leduc_holdem_v4"]))
+    other = selfplay("--env", "pettingzoo:leduc_holdem_v4")
     assert (other.pool_size, other.league_players) == (0, ())  # a card game: pure self-play by default
 
 
 def test_connect_four_runs_on_two_threads_unless_told_otherwise_or_its_envs_step_in_workers() -> None:
     def threads(*given: str) -> int:
-        return config_from_args(build_parser().parse_args(["train", *given])).threads
+        return _config(*given).threads
 
     cores = len(os.sched_getaffinity(0))
     assert threads("--env", "pettingzoo:connect_four_v3") == min(2, cores)  # at most the cores it may use
     assert threads("--env", "pettingzoo:connect_four_v3", "--collector", "sync") == min(2, cores)
     assert threads("--env", "pettingzoo:connect_four_v3", "--threads", "1") == 1  # as given
     assert threads("--env", "pettingzoo:connect_four_v3", "--collector", "multisync") == 1  # the workers' cores
-    assert threads("--env", "pettingzoo:connect_four_v3", "--collector", "multisync", "--threads", "3") == 3
     assert threads("--env", "pettingzoo:tictactoe_v3") == threads("--env", "Taxi-v4") == 1  # not listed
 
 

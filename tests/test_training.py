@@ -1,4 +1,5 @@
-"""The job behind ``torchrl-mask train``, run in process: the same seed gives the same model on every path."""
+"""The run behind ``torchrl-mask train``, in process (its checks, then the pipeline): the same seed gives the same
+model on every path."""
 
 from __future__ import annotations
 
@@ -8,8 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from torchrl_mask.app import pipeline
 from torchrl_mask.app.config import TrainConfig
-from torchrl_mask.app.training import train
+from torchrl_mask.app.prepare import prepare
+
+
+def train(config: TrainConfig) -> pipeline.RunResult:
+    return pipeline.run(prepare(config))
 
 
 @pytest.mark.slow

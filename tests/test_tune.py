@@ -26,7 +26,7 @@ from PIL import Image
 
 from torchrl_mask import MaskablePPO
 from torchrl_mask.app import search_spaces
-from torchrl_mask.app.config import load_conf_file
+from torchrl_mask.app.conf_file import load_conf_file
 from torchrl_mask.app.hyperparams import check_hyperparams, check_minibatches
 from torchrl_mask.app.masked_env import make_masked_env
 from torchrl_mask.app.tune import trial_value
@@ -88,7 +88,7 @@ def test_best_yaml_reads_back_as_the_trial_and_names_the_command_that_retrains_i
     trial = optuna.trial.create_trial(value=3.5, user_attrs={"hyperparams": hyperparams, "seed": 7})
     path = tmp_path / "best_hyperparams.yml"
     path.write_text(conf_text(ENV, 512, trial, eval_episodes=5, algo="ppo_lstm_mask"))
-    assert load_conf_file(path, ENV) == {"n_timesteps": 512, **hyperparams}
+    assert load_conf_file(path, ENV)[0] == {"n_timesteps": 512, **hyperparams}
     assert (
         f"train --env {ENV} --algo ppo_lstm_mask --conf-file best_hyperparams.yml --seed 7 --eval-episodes 5"
         in path.read_text().splitlines()[1]
@@ -140,8 +140,12 @@ BAD_INPUT = {
     ),
     "more_evaluations_than_steps": (["--n-evaluations", "300"], "more evaluations than steps per env"),
     "unmasked_game": (["--env", "pettingzoo:rps_v2"], "without an action mask"),
-    "recurrent_game": (["--env", "pettingzoo:tictactoe_v3", "--algo", "ppo_lstm_mask"], "self-play trains MaskablePPO"),
     "unknown_env": (["--env", "NoSuchEnv-v0"], "cannot make env 'NoSuchEnv-v0'"),
+    "one_row_rollout": (["--hyperparams", "n_envs=1", "n_steps=1"], "a rollout of one row trains on minibatches"),
+    "budget_below_the_smallest_rollout": (
+        ["--env", "pettingzoo:tictactoe_v3", "-n", "2048", "--hyperparams", "n_envs=512"],
+        "the smallest rollout a trial draws (n_steps=32) is 16,384 steps",
+    ),
 }
 
 
@@ -187,7 +191,10 @@ def test_tune_writes_the_study_the_best_yaml_the_csv_and_the_plots(
         with Image.open(out / plot) as image:
             assert image.format == "PNG" and image.width >= 400
     best = study.best_trial
-    assert load_conf_file(out / "best_hyperparams.yml", ENV) == {"n_timesteps": 512, **best.user_attrs["hyperparams"]}
+    assert load_conf_file(out / "best_hyperparams.yml", ENV)[0] == {
+        "n_timesteps": 512,
+        **best.user_attrs["hyperparams"],
+    }
     assert (
         f"Best: trial {best.number}, masked mean return {best.value:g}, seed {best.user_attrs['seed']}." in run.stdout
     )
@@ -243,7 +250,9 @@ def test_a_failing_trial_is_marked_failed_with_its_message_and_the_study_goes_on
         "tune", "--env", "tune_envs:BreaksAfter-v0", "-n", "64", "--n-trials", "2", "--no-progress",
         "--hyperparams", "n_envs=1", "n_steps=32", "batch_size=16", "--out", "out", cwd=tmp_path,
     )  # fmt: skip
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 1, run.stderr  # no trial completed: said in one line, no traceback of Optuna's
+    assert run.stderr.startswith("torchrl-mask: no trial completed") and run.stderr.count("\n") == 1, run.stderr
+    assert not list((tmp_path / "out").glob("*.png"))  # nothing to plot
     trials = load(f"sqlite:///{tmp_path / 'out' / 'study.db'}", "ppo_mask-tune_envs:BreaksAfter-v0").trials
     assert [trial.state for trial in trials] == [optuna.trial.TrialState.FAIL] * 2
     assert all(trial.user_attrs["fail_reason"] == "ValueError: the env broke on step 40." for trial in trials)
@@ -333,3 +342,105 @@ def test_a_game_is_tuned_by_its_ladder_score_and_its_best_trial_retrains_to_it(t
     evaluation = json.loads((tmp_path / "retrained" / "evaluation.json").read_text())
     assert evaluation["illegal_moves"] == 0
     assert ladder_score(evaluation) == study.best_trial.value
+
+
+def test_best_yaml_comes_from_the_trials_own_settings_not_the_workers() -> None:
+    # a trial of 4,096 steps of MaskablePPO, written by a worker started with -n 2048 --algo ppo_lstm_mask
+    settings = {"env_id": ENV, "algo": "ppo_mask", "n_timesteps": 4096, "eval_episodes": 9}
+    attrs = {"hyperparams": {"n_envs": 2, "learning_rate": 3e-4}, "seed": 1, "settings": settings}
+    trial = optuna.trial.create_trial(value=1.0, user_attrs=attrs)
+    text = conf_text(ENV, 2048, trial, eval_episodes=5, algo="ppo_lstm_mask")
+    assert yaml.safe_load(text)[ENV]["n_timesteps"] == 4096
+    command = text.splitlines()[1]
+    assert "--algo" not in command and "--eval-episodes 9" in command, command
+
+
+@pytest.mark.slow
+def test_a_worker_with_other_settings_is_refused_before_any_trial(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'shared.db'}"
+    first = run_cli("tune", *TINY, "--n-trials", "1", "--storage", storage, "--study-name", "s", "--out", "a",
+                    cwd=tmp_path)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    for other in (["-n", "1024"], ["--algo", "ppo_lstm_mask"], ["--eval-episodes", "7"]):
+        run = run_cli("tune", *TINY, *other, "--n-trials", "1", "--storage", storage, "--study-name", "s", "--out",
+                      "b", cwd=tmp_path)  # fmt: skip
+        assert run.returncode == 2, (other, run.stderr)
+        assert run.stderr.count("\n") == 1 and "the study was started with" in run.stderr, run.stderr
+        assert not (tmp_path / "b").exists()
+    study = load(storage, "s")
+    assert len(study.trials) == 1 and study.trials[0].user_attrs["settings"]["n_timesteps"] == 512
+
+
+@pytest.mark.slow
+def test_a_study_torchrl_mask_did_not_write_is_refused_before_any_trial(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'theirs.db'}"
+    study = optuna.create_study(storage=storage, study_name="theirs", direction="maximize")
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)  # plain Optuna's trial
+    run = run_cli("tune", *TINY, "--storage", storage, "--study-name", "theirs", "--out", "out", cwd=tmp_path)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.count("\n") == 1 and "was not written by torchrl-mask tune" in run.stderr, run.stderr
+    assert len(load(storage, "theirs").trials) == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folder", ["q?mark", "pct%41b", "hash#tag"])
+def test_the_default_study_lands_in_out_whatever_its_name_holds(folder: str, tmp_path: Path) -> None:
+    run = run_cli("tune", *TINY, "--n-trials", "1", "--out", folder, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / folder / "study.db").is_file()
+    assert sorted(path.name for path in tmp_path.iterdir()) == [folder]  # nothing beside it (no "q", no "pct")
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_study_as_ctrl_c_does(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "torchrl_mask", "tune", *TINY, "--n-trials", "50", "--out", "out"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the first trial ends: stop the second
+        if line.startswith("trial 0: complete"):
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr
+    assert "interrupted; the trials so far are kept" in stderr and "Traceback" not in stderr
+    study = load(f"sqlite:///{tmp_path / 'out' / 'study.db'}", f"ppo_mask-{ENV}")
+    assert optuna.trial.TrialState.RUNNING not in [trial.state for trial in study.trials]
+    assert (tmp_path / "out" / "best_hyperparams.yml").is_file()
+    assert not (tmp_path / "out" / ".torchrl-mask.lock").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_tune_starts_up_is_one_line(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "torchrl_mask", "tune", *TINY, "--out", "out"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    time.sleep(1.0)  # inside its imports (torch, Optuna), before the study begins
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and stderr.strip().count("\n") == 0, stderr
+
+
+@pytest.mark.slow
+def test_a_game_trial_reports_its_evaluations_and_trains_about_its_budget(tmp_path: Path) -> None:
+    # self-play's callbacks run once per move: the evaluations are n_evaluations, spaced in moves
+    run = run_cli("tune", "--env", "pettingzoo:tictactoe_v3", "--n-trials", "2", "-n", "1024", "--n-evaluations",
+                  "2", "--eval-episodes", "2", "--pruner", "none", "--hyperparams", "n_envs=2", "--no-progress",
+                  "--out", "out", cwd=tmp_path)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    for trial in load(f"sqlite:///{tmp_path / 'out' / 'study.db'}", "ppo_mask-pettingzoo:tictactoe_v3").trials:
+        assert sorted(trial.intermediate_values) == [1, 2], trial.intermediate_values
+        rollout = trial.user_attrs["hyperparams"]["n_steps"] * 2  # the moves of one rollout, both seats
+        assert 1024 <= trial.user_attrs["timesteps"] < 1024 + rollout, trial.user_attrs
+
+
+@pytest.mark.slow
+def test_recurrent_self_play_is_tuned_as_train_runs_it(tmp_path: Path) -> None:
+    run = run_cli("tune", "--env", "pettingzoo:leduc_holdem_v4", "--algo", "ppo_lstm_mask", "--n-trials", "1", "-n",
+                  "256", "--n-evaluations", "1", "--eval-episodes", "2", "--hyperparams", "n_envs=2", "--no-progress",
+                  "--out", "out", cwd=tmp_path)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (trial,) = load(f"sqlite:///{tmp_path / 'out' / 'study.db'}", "ppo_lstm_mask-pettingzoo:leduc_holdem_v4").trials
+    assert trial.state == optuna.trial.TrialState.COMPLETE
+    assert "lstm_hidden_size" in trial.user_attrs["hyperparams"]["policy_kwargs"]

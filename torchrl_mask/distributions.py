@@ -43,10 +43,27 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["MASKED_LOGIT", "MaskedCategoricals"]
+__all__ = ["MASKED_LOGIT", "DivergedLogits", "MaskedCategoricals"]
 
 MASKED_LOGIT = -1e8
 """sb3-contrib's ``HUGE_NEG``: the logit a masked choice gets before the second normalisation."""
+
+
+class DivergedLogits(ValueError):
+    """The policy's logits diverged: every allowed choice of a sub-action lies at or below :data:`MASKED_LOGIT`,
+    so a masked choice would be drawn (as sb3-contrib's distribution draws it). Raised instead of a forbidden
+    action; the values of any usable policy are far from it, and nothing else changes.
+
+    :param lowest: the lowest, over the rows, of a sub-action's best allowed log-probability.
+    """
+
+    def __init__(self, lowest: float) -> None:
+        super().__init__(
+            f"the policy's logits diverged: every allowed action of a row has log-probability {lowest:.3g}, at or "
+            f"below the {MASKED_LOGIT:g} that masks the forbidden ones, so a forbidden action would be chosen; the "
+            "parameters are no longer usable: train again with a lower learning_rate (e.g. 3e-4) or max_grad_norm"
+        )
+        self.lowest = lowest
 
 
 def _normalised(logits: torch.Tensor) -> torch.Tensor:
@@ -104,6 +121,9 @@ class MaskedCategoricals:
         :param mask: ``(B, width)`` bool, True where a choice is allowed (at least one per sub-action and row);
             None: unmasked (normalised twice, as sb3-contrib's distribution does).
         :return: one block ``(B, G_k, n_k)`` per sub-action size.
+        :raises DivergedLogits: a sub-action whose allowed choices all lie at or below :data:`MASKED_LOGIT`
+            (after the first normalisation): its masked choices would then be the likely ones, and sb3-contrib's
+            distribution would draw them.
         """
         original = [_normalised(block) for block in self.blocks(logits)]
         if mask is None:
@@ -111,9 +131,14 @@ class MaskedCategoricals:
         masked_logit = self._masked_logit
         if masked_logit is None or masked_logit.dtype != logits.dtype or masked_logit.device != logits.device:
             masked_logit = self._masked_logit = torch.tensor(MASKED_LOGIT, dtype=logits.dtype, device=logits.device)
+        masks = self.blocks(mask)
+        for block, block_mask in zip(original, masks, strict=True):
+            best_allowed = torch.where(block_mask, block.detach(), -torch.inf).amax(dim=-1)
+            if bool((best_allowed <= MASKED_LOGIT).any()):
+                raise DivergedLogits(float(best_allowed.min()))
         return [
             _normalised(torch.where(block_mask, block, masked_logit))
-            for block, block_mask in zip(original, self.blocks(mask), strict=True)
+            for block, block_mask in zip(original, masks, strict=True)
         ]
 
     def sample(self, log_pmf: list[torch.Tensor], deterministic: bool = False) -> torch.Tensor:

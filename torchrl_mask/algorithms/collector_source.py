@@ -94,7 +94,7 @@ class CollectorRollout:
     ) -> None:
         if not use_masking:
             raise ValueError(
-                "use_masking=False is not available with a collector: its MaskablePolicyModule always draws "
+                f"use_masking=False is not available with a collector: its {self._module_name} always draws "
                 "under the envs' masks. Drop use_masking, or learn from the VecEnv (collector=None)."
             )
         refuse_collector(collector)
@@ -137,6 +137,8 @@ class CollectorRollout:
         """
         return MaskablePolicyModule(model.policy, observation_keys=observation_keys)
 
+    _module_name = "MaskablePolicyModule"  # the policy module a collector of this source runs, for messages
+
     def _check_policy(self, shipped: Any, model: MaskablePPO) -> None:
         """Refuse a collector policy that is not a MaskablePolicyModule over ``model.policy``; the hook a source
         whose collector runs another policy module overrides
@@ -164,12 +166,23 @@ class CollectorRollout:
             model.num_timesteps += batch.shape[0]
             dones, infos = steps.dones[:, n_steps], steps.infos(n_steps)
             callback.update_locals(
-                {"self": model, "callback": callback, "rollout_buffer": buffer, "n_rollout_steps": batch.shape[1],
-                 "use_masking": True, "n_steps": n_steps, "batch": batch, "actions": steps.actions[:, n_steps],
-                 "rewards": steps.rewards[:, n_steps], "values": steps.values[:, n_steps],
-                 "log_probs": steps.log_probs[:, n_steps], "action_masks": steps.masks[:, n_steps], "dones": dones,
-                 "infos": infos}
-            )  # fmt: skip
+                {
+                    "self": model,
+                    "callback": callback,
+                    "rollout_buffer": buffer,
+                    "n_rollout_steps": batch.shape[1],
+                    "use_masking": True,
+                    "n_steps": n_steps,
+                    "batch": batch,
+                    "actions": steps.actions[:, n_steps],
+                    "rewards": steps.rewards[:, n_steps],
+                    "values": steps.values[:, n_steps],
+                    "log_probs": steps.log_probs[:, n_steps],
+                    "action_masks": steps.masks[:, n_steps],
+                    "dones": dones,
+                    "infos": infos,
+                }
+            )
             if not callback.on_step():
                 return False
             model._update_info_buffer(infos, dones)  # as sb3-contrib's collect_rollouts feeds ep_info_buffer
@@ -198,8 +211,9 @@ class CollectorRollout:
         # Also before the first batch: a collector kept from an earlier learn() holds the weights before its last
         # train(); for a fresh one the model's weights are the ones it was built with, and sending them is cheap.
         if self._sends_weights:
-            guarded(self.collector.update_policy_weights_, self.collector, "sending the new weights",
-                    self.batch_timeout)  # fmt: skip
+            guarded(
+                self.collector.update_policy_weights_, self.collector, "sending the new weights", self.batch_timeout
+            )
         if self._batches is None:
             self._batches = iter(self.collector)
         batches = self._batches
@@ -308,8 +322,15 @@ def learn_through(
     """
     try:
         reader = rollout_reader(getattr(collector, "policy", None), reader)
-        source = reader(model, collector, observation_keys, reward_key, batch_timeout, use_masking,
-                        previous=model._kept_collector_rollout)  # fmt: skip
+        source = reader(
+            model,
+            collector,
+            observation_keys,
+            reward_key,
+            batch_timeout,
+            use_masking,
+            previous=model._kept_collector_rollout,
+        )
     except (TypeError, ValueError, RuntimeError) as refusal:
         release_refused(collector, refusal)
     model._kept_collector_rollout = None

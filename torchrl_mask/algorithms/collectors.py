@@ -200,6 +200,16 @@ def learn_from_collector(
             f"learn_from_collector needs torchrl_mask.MaskablePPO (its learn() takes collector=...); got "
             f"{type(model).__module__}.{type(model).__name__}. Build the model with torchrl_mask.MaskablePPO."
         )
-    return model.learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps,
-                       progress_bar=progress_bar, collector=collector, observation_keys=observation_keys,
-                       reward_key=reward_key, batch_timeout=batch_timeout, shutdown=shutdown)  # fmt: skip
+    return model.learn(
+        total_timesteps,
+        callback,
+        log_interval,
+        tb_log_name,
+        reset_num_timesteps,
+        progress_bar=progress_bar,
+        collector=collector,
+        observation_keys=observation_keys,
+        reward_key=reward_key,
+        batch_timeout=batch_timeout,
+        shutdown=shutdown,
+    )

@@ -128,8 +128,9 @@ class MaskablePPO(_SB3ContribMaskablePPO):
     def _setup_model(self) -> None:
         # sb3-contrib's hook: it honours rollout_buffer_class, so choosing ours is all this class does; and, as
         # SB3's PPO does, it refuses a rollout whose last minibatch of one row would make the parameters NaN.
-        check_minibatches(self.n_steps, self.n_envs, self.batch_size or self.n_steps * self.n_envs,
-                          self.normalize_advantage)  # fmt: skip
+        check_minibatches(
+            self.n_steps, self.n_envs, self.batch_size or self.n_steps * self.n_envs, self.normalize_advantage
+        )
         requested = self.rollout_buffer_class
         if requested in (None, sb3c_buffers.MaskableRolloutBuffer, sb3c_buffers.MaskableDictRolloutBuffer):
             dict_obs = isinstance(self.observation_space, spaces.Dict)
@@ -198,14 +199,23 @@ class MaskablePPO(_SB3ContribMaskablePPO):
             (it yields no batch), or batches without ``"action_mask"``.
         """
         if collector is None:
-            return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps,
-                                 use_masking, progress_bar)  # fmt: skip
+            return super().learn(
+                total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, use_masking, progress_bar
+            )
         run = lambda: super(MaskablePPO, self).learn(  # noqa: E731
             total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, use_masking, progress_bar
         )
-        return learn_through(self, CollectorRollout, collector, run, observation_keys=observation_keys,
-                             reward_key=reward_key, batch_timeout=batch_timeout, use_masking=use_masking,
-                             shutdown=shutdown)  # fmt: skip
+        return learn_through(
+            self,
+            CollectorRollout,
+            collector,
+            run,
+            observation_keys=observation_keys,
+            reward_key=reward_key,
+            batch_timeout=batch_timeout,
+            use_masking=use_masking,
+            shutdown=shutdown,
+        )
 
     def collect_rollouts(
         self,

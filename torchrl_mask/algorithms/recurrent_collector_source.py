@@ -68,6 +68,7 @@ class RecurrentCollectorRollout(CollectorRollout):
     """
 
     module: MaskableRecurrentPolicyModule
+    _module_name = "MaskableRecurrentPolicyModule"
 
     def _check_buffer(self, model: Any) -> None:
         if not isinstance(model.rollout_buffer, MaskableRecurrentRolloutBuffer):

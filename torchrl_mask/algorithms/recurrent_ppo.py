@@ -104,8 +104,9 @@ class MaskableRecurrentPPO(RecurrentPPO):
         # RecurrentPPO picks its buffer class inside _setup_model (it has no rollout_buffer_class): the same buffer
         # again, in the TensorDict storage with the masks, for every action space a mask fits (Box keeps its own).
         # A rollout whose last minibatch of one row would make the parameters NaN is refused first, as in MaskablePPO.
-        check_minibatches(self.n_steps, self.n_envs, self.batch_size or self.n_steps * self.n_envs,
-                          self.normalize_advantage)  # fmt: skip
+        check_minibatches(
+            self.n_steps, self.n_envs, self.batch_size or self.n_steps * self.n_envs, self.normalize_advantage
+        )
         self.policy_class = _masked_policy_class(self.policy_class, self.action_space)
         super()._setup_model()
         try:
@@ -255,9 +256,17 @@ class MaskableRecurrentPPO(RecurrentPPO):
 
         if collector is None:
             return run()
-        return learn_through(self, RecurrentCollectorRollout, collector, run, observation_keys=observation_keys,
-                             reward_key=reward_key, batch_timeout=batch_timeout, use_masking=use_masking,
-                             shutdown=shutdown)  # fmt: skip
+        return learn_through(
+            self,
+            RecurrentCollectorRollout,
+            collector,
+            run,
+            observation_keys=observation_keys,
+            reward_key=reward_key,
+            batch_timeout=batch_timeout,
+            use_masking=use_masking,
+            shutdown=shutdown,
+        )
 
     def predict(
         self,

@@ -81,19 +81,38 @@ class VecEnvRollout:
             new_obs, rewards, dones, infos = self.masks.step(actions_np)
             model.num_timesteps += env.num_envs
             callback.update_locals(
-                {"self": model, "env": env, "callback": callback, "rollout_buffer": rollout_buffer,
-                 "n_rollout_steps": n_rollout_steps, "use_masking": True, "n_steps": n_steps,
-                 "obs_tensor": obs_tensor, "action_masks": action_masks, "actions": actions_np, "values": values,
-                 "log_probs": log_probs, "new_obs": new_obs, "rewards": rewards, "dones": dones, "infos": infos}
-            )  # fmt: skip
+                {
+                    "self": model,
+                    "env": env,
+                    "callback": callback,
+                    "rollout_buffer": rollout_buffer,
+                    "n_rollout_steps": n_rollout_steps,
+                    "use_masking": True,
+                    "n_steps": n_steps,
+                    "obs_tensor": obs_tensor,
+                    "action_masks": action_masks,
+                    "actions": actions_np,
+                    "values": values,
+                    "log_probs": log_probs,
+                    "new_obs": new_obs,
+                    "rewards": rewards,
+                    "dones": dones,
+                    "infos": infos,
+                }
+            )
             if not callback.on_step():
                 return False
             model._update_info_buffer(infos, dones)
             self._bootstrap_timeouts(rewards, dones, infos)
             rollout_buffer.add(
-                obs, actions_np.reshape(len(actions_np), -1), rewards, model._last_episode_starts, values,
-                log_probs, action_masks=action_masks,
-            )  # fmt: skip
+                obs,
+                actions_np.reshape(len(actions_np), -1),
+                rewards,
+                model._last_episode_starts,
+                values,
+                log_probs,
+                action_masks=action_masks,
+            )
             model._last_obs = new_obs
             model._last_episode_starts = dones
         with torch.no_grad():

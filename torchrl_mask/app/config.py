@@ -1,309 +1,136 @@
-"""The configuration of ``torchrl-mask train`` and the errors a user can fix, below both the CLI and the job.
+"""What one ``torchrl-mask train`` run is: :class:`TrainConfig`, and :func:`train_config`, which makes it from the
+options a user gave, filling in the rest from the env's defaults.
 
-:mod:`torchrl_mask.app.cli` builds a :class:`TrainConfig` from the command line and :mod:`torchrl_mask.app.training`
-runs it; this module imports neither, and nothing heavy (no torch), so ``--help`` and a bad value answer fast.
-
-Hyperparameters come as rl-zoo3 writes them (`rl-baselines3-zoo <https://github.com/DLR-RM/rl-baselines3-zoo>`_):
-a YAML file whose top-level keys are env ids (``default`` for any other env), each holding ``n_timesteps``,
-``n_envs``, ``policy``, ``policy_kwargs`` and MaskablePPO's own arguments; ``--hyperparams key=value`` overrides
-them one by one; :mod:`torchrl_mask.app.hyperparams` says what each value may be, and this module re-exports it.
-Every value is checked here, before anything is trained or written; the output folder's ownership (refused when
-another run's files are in it, unless ``--overwrite``) is :mod:`torchrl_mask.app.run_folder`.
+The defaults come, in rl-zoo3's order, from the built-in hyperparameters (a gymnasium env:
+:data:`~torchrl_mask.app.hyperparams.DEFAULT_HYPERPARAMS`) or the game's record (a ``pettingzoo:<game>``:
+:mod:`torchrl_mask.games.profile`), replaced by a ``--conf-file`` entry (:mod:`torchrl_mask.app.conf_file`), each
+value then overridden by ``--hyperparams`` and the options of the same name. An option that does not fit the env
+(a league for a gymnasium env, images for a game without symmetries) is refused here, in one line; the checks
+against the world (files, the env, the device, the ``-i`` model) are :mod:`torchrl_mask.app.prepare`'s. Nothing
+heavy is imported (no torch), so ``--help`` and a bad value answer fast.
 
 Example:
-    >>> parse_hyperparam("policy_kwargs=dict(net_arch=[32, 32], activation_fn=nn.Tanh)")
-    ('policy_kwargs', {'net_arch': [32, 32], 'activation_fn': 'nn.Tanh'})
-    >>> check_hyperparams({"n_timesteps": 1e5, "learning_rate": "lin_3e-4"}, "--hyperparams")
-    {'n_timesteps': 100000, 'learning_rate': 'lin_3e-4'}
+    >>> config = train_config("pettingzoo:tictactoe_v3", seed=3)
+    >>> config.n_envs, config.selfplay.league_players, config.selfplay.images
+    (512, ('perfect', 'heuristic', 'random'), 'random')
+    >>> train_config("Taxi-v4").selfplay is None
+    True
 """
 
 from __future__ import annotations
 
-import importlib.util
+import copy
+import os
 import re
-import tempfile
 import time
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from torchrl_mask.app import run_folder
-from torchrl_mask.app.game_config import (
-    GAME_FIXED_SHARES,
-    GAME_HYPERPARAMS,
-    GAME_IMAGES,
-    GAME_LEAGUES,
-    GAME_PREFIX,
-    GAME_SELF_SHARES,
-    GAME_THREADS,
-    POOL_SIZE_MAX,
-    Images,
-    check_pool_size,
-    game_fixed_share,
-    game_hyperparams,
-    game_images,
-    game_league,
-    game_self_share,
-    game_threads,
-)
+from torchrl_mask.app.conf_file import load_conf_file
 from torchrl_mask.app.hyperparams import (
     DEFAULT_HYPERPARAMS,
-    HYPERPARAMS,
     UsageError,
     check_hyperparams,
     check_minibatches,
-    parse_hyperparam,
+    without_policy_kwargs,
 )
+from torchrl_mask.app.kinds import EnvKind, env_kind
+from torchrl_mask.games.profile import GameProfile, Images, game_profile
 
 __all__ = [
     "ALGOS",
-    "CRASH_FILE",
-    "DEFAULT_HYPERPARAMS",
-    "GAME_FIXED_SHARES",
-    "GAME_HYPERPARAMS",
-    "GAME_IMAGES",
-    "GAME_LEAGUES",
-    "GAME_PREFIX",
-    "GAME_SELF_SHARES",
-    "GAME_THREADS",
-    "HYPERPARAMS",
+    "GAME_EVAL_GAMES",
+    "LSTM_GAME_KWARGS",
     "POOL_SIZE_MAX",
+    "SelfPlay",
     "TrainConfig",
-    "TrainingFailed",
-    "TrainingInterrupted",
-    "UsageError",
-    "check_config",
-    "check_device",
-    "check_folder",
-    "check_hyperparams",
-    "check_minibatches",
-    "check_paths",
-    "check_pool_size",
-    "failed",
-    "game_fixed_share",
-    "game_hyperparams",
-    "game_images",
-    "game_league",
-    "game_self_share",
-    "game_threads",
-    "load_conf_file",
-    "parse_hyperparam",
+    "check_rollout",
+    "default_selfplay",
+    "train_config",
+    "usable_cores",
 ]
-
-
-class TrainingInterrupted(Exception):
-    """Training stopped by a ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM as the command line raises it); the model
-    and the learning curve were saved first. The interrupt is the ``__cause__``.
-
-    :param out: the output folder.
-    :param steps: the env steps taken when it stopped (``model.num_timesteps``).
-    """
-
-    def __init__(self, out: Path, steps: int) -> None:
-        super().__init__(f"interrupted at {steps:,} steps; saved to {out / 'model.zip'}")
-        self.out = out
-        self.steps = steps
-
-
-class TrainingFailed(Exception):
-    """Something raised after training had begun (the collector, a callback, an evaluation, a player, a file being
-    written); the model trained so far was saved first, and the traceback written beside it. The error is the
-    ``__cause__``.
-
-    :param out: the output folder (it holds ``model.zip`` and :data:`CRASH_FILE`).
-    :param stage: what was running, for the message (``"the final evaluation"``).
-    :param error: what it raised.
-    """
-
-    def __init__(self, out: Path, stage: str, error: BaseException) -> None:
-        text = " ".join(str(error).split()) or "(no message)"
-        super().__init__(
-            f"{stage} raised {type(error).__name__}: {text[:300]}; the model trained so far is saved in "
-            f"{out / 'model.zip'} (traceback in {out / CRASH_FILE})."
-        )
-        self.out = out
-        self.stage = stage
-
-
-CRASH_FILE = "crash.txt"  # the traceback of a TrainingFailed, in the output folder
-
-
-def failed(out: Path, stage: str, error: BaseException) -> TrainingFailed:
-    """The :class:`TrainingFailed` to raise for ``error``, its traceback written to ``out``'s :data:`CRASH_FILE`.
-
-    :param out: the output folder, where the model was saved.
-    :param stage: what was running (``"the final evaluation"``).
-    :param error: what it raised.
-    :return: the exception; its message names the stage, the error, where it was raised and the saved model.
-    """
-    (out / CRASH_FILE).write_text("".join(traceback.format_exception(error)))
-    frames = traceback.extract_tb(error.__traceback__)
-    where = f" in {Path(frames[-1].filename).name}:{frames[-1].lineno} ({frames[-1].name})" if frames else ""
-    return TrainingFailed(out, stage + where, error)
-
 
 #: ``--algo``'s choices (rl-zoo3's names) and the model each trains.
 ALGOS = {"ppo_mask": "MaskablePPO", "ppo_lstm_mask": "MaskableRecurrentPPO"}
+GAME_EVAL_GAMES = 1000  # games per opponent in a game's final evaluation
+GYM_EVAL_EPISODES = 20
+# The largest --pool-size: every snapshot is a full copy of the policy's weights, made at once (in every worker
+# process too, with --collector multisync), and a game draws its opponent from all of them; past a few dozen,
+# the oldest snapshots are seldom drawn and only cost memory and start-up time.
+POOL_SIZE_MAX = 64
+#: What ``--algo ppo_lstm_mask`` adds to a game's ``policy_kwargs``: a smaller LSTM than sb3-contrib's 256 units
+#: (a seat's view of these games is small, and every move of a rollout runs the LSTM one step).
+LSTM_GAME_KWARGS: dict[str, Any] = {"lstm_hidden_size": 64}
 
 
-def _read_yaml(path: Path) -> Any:
-    """The YAML document in ``path``, read as UTF-8 with YAML's safe loader (no ``!!python`` tags)."""
-    import yaml  # only when a file is given: --help stays fast
+@dataclass(frozen=True)
+class SelfPlay:
+    """How a ``pettingzoo:<game>`` run plays: its opponents and the images of its moves.
 
-    if path.suffix not in (".yml", ".yaml"):
-        raise UsageError(f"--conf-file {path}: expected a YAML file (.yml or .yaml) in rl-zoo3's format.")
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise UsageError(f"--conf-file {path}: cannot read it ({err.strerror or err}); pass a YAML file.") from None
-    except UnicodeDecodeError as err:
-        raise UsageError(
-            f"--conf-file {path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}); "
-            "save the file as UTF-8."
-        ) from None
-    except yaml.YAMLError as err:
-        where = getattr(err, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where is not None else ""
-        tag = re.search(r"tag:yaml\.org,2002:(python/[^'\s]*)", str(getattr(err, "problem", "")))
-        if tag is not None:
-            raise UsageError(
-                f"--conf-file {path}: the tag !!{tag.group(1)}{line} is refused (a python tag runs code when the "
-                'file is read); write the value as text, e.g. policy_kwargs: "dict(activation_fn=nn.ReLU)".'
-            ) from None
-        raise UsageError(f"--conf-file {path}: not valid YAML{line}; fix the file.") from None
-
-
-def load_conf_file(path: Path, env_id: str) -> dict[str, Any]:
-    """The hyperparameters for ``env_id`` in an rl-zoo3 YAML file: its ``env_id`` entry, else its ``default``.
-
-    :param path: a ``.yml``/``.yaml`` file whose top-level keys are env ids.
-    :param env_id: the env to train.
-    :return: the checked entry (``policy_kwargs`` strings parsed).
-    :raises UsageError: a missing or unreadable file, YAML that does not parse or is not a mapping of env
-        ids, no entry for ``env_id`` and no ``default``, or an entry :func:`check_hyperparams` refuses.
+    :param pool_size: 0 trains by pure self-play; ``n`` plays the learner against ``n`` snapshots of its past
+        weights (:class:`~torchrl_mask.SelfPlayPolicy`).
+    :param league_players: fixed players of the game's ladder the learner also meets (``("perfect",)`` for
+        tic-tac-toe), drawn with the snapshots by what the learner does not beat yet
+        (:mod:`torchrl_mask.games.league`).
+    :param fixed_share: the fixed players' share of the league's games, the snapshots the rest
+        (:class:`~torchrl_mask.games.league.League`); None: one draw over all the opponents.
+    :param self_share: the share of the league's games the learner plays against itself, every seat learning.
+    :param symmetries: train on each move's images under the game's symmetries too (True), not (False); None: the
+        game's (Connect Four's mirror, tic-tac-toe's eight) with ``ppo_mask``, none with an LSTM.
+    :param images: with the game's symmetries: ``"all"`` trains on each move and all its images, ``"random"`` on
+        each move as one of them drawn at random (:class:`~torchrl_mask.SelfPlayPolicy`'s ``images``).
     """
-    document = _read_yaml(path)
-    if not isinstance(document, dict) or not all(isinstance(entry, dict) for entry in document.values()):
-        raise UsageError(
-            f"--conf-file {path}: expected env ids at the top level, each with its hyperparameters "
-            "(rl-zoo3's format, e.g. 'Taxi-v4:' then '  n_timesteps: 100000')."
-        )
-    name = env_id if env_id in document else "default" if "default" in document else None
-    if name is None:
-        raise UsageError(
-            f"--conf-file {path} has no entry for {env_id!r} and no 'default' (it has: "
-            + ", ".join(map(str, document))
-            + "); add one, or pass --env with one of those."
-        )
-    return check_hyperparams(document[name], f"--conf-file {path}, {name}")
 
+    pool_size: int = 0
+    league_players: tuple[str, ...] = ()
+    fixed_share: float | None = None
+    self_share: float = 0.0
+    symmetries: bool | None = None
+    images: Images = "all"
 
-def check_device(device: str) -> str:
-    """``device`` if this machine can train on it (``auto`` passes as it is).
-
-    :param device: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto``.
-    :return: ``device``.
-    :raises UsageError: not a torch device, or one this machine does not have.
-    """
-    import torch  # only when a run is checked: --help stays fast
-
-    if device == "auto":
-        return device
-    try:
-        parsed = torch.device(device)
-    except RuntimeError:
-        raise UsageError(f"--device {device!r} is not a torch device; use cpu, cuda, cuda:0, mps or auto.") from None
-    if parsed.type == "cuda":
-        count = torch.cuda.device_count()
-        if count == 0:
-            raise UsageError(f"--device {device}: CUDA is not available on this machine; use --device cpu.")
-        if parsed.index is not None and parsed.index >= count:
-            raise UsageError(
-                f"--device {device}: this machine has {count} CUDA device(s); use cuda:0 to cuda:{count - 1}."
-            )
-    if parsed.type == "mps" and not torch.backends.mps.is_available():
-        raise UsageError(f"--device {device}: MPS is not available on this machine; use --device cpu.")
-    if parsed.type not in ("cpu", "cuda", "mps"):
-        raise UsageError(f"--device {device}: torchrl_mask trains on cpu, cuda or mps; use one of those.")
-    return device
-
-
-def check_folder(folder: Path, option: str) -> Path:
-    """``folder`` if a folder can be made there: probed with a folder created and removed in its nearest existing
-    ancestor, so that a path under a file, in a read-only place or under ``/proc`` is refused before training.
-
-    :param folder: the folder to write into (created later if missing).
-    :param option: the option that gave it, for the message (``--out``).
-    :return: ``folder``.
-    :raises UsageError: a file, a path under a file, or a place where no folder can be created.
-    """
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"{option} {folder} is a file; pass a folder (it is created if missing).")
-    base = next(parent for parent in (folder, *folder.absolute().parents) if parent.exists())
-    if not base.is_dir():
-        raise UsageError(
-            f"{option} {folder} is under {base}, which is a file; pass a folder path (created if missing)."
-        )
-    try:
-        tempfile.TemporaryDirectory(prefix=".torchrl_mask_probe_", dir=base).cleanup()
-    except OSError as err:
-        raise UsageError(
-            f"{option} {folder}: cannot create a folder in {base} ({err.strerror or err}); "
-            "pass a folder you can write to."
-        ) from None
-    return folder
+    @property
+    def has_league(self) -> bool:
+        """Whether the learner meets a league (snapshots or fixed players) rather than only itself."""
+        return bool(self.pool_size or self.league_players)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything ``torchrl-mask train`` needs; the defaults are what ``make train`` runs.
 
-    :param env_id: a registered gymnasium id of an env that reports action masks.
-    :param n_timesteps: env steps to train for (across all envs); added to the steps already taken when
-        continuing a ``trained_agent``.
-    :param n_envs: envs stepped side by side (``DummyVecEnv``, or the collector's envs).
-    :param hyperparams: MaskablePPO's arguments as :func:`check_hyperparams` returns them (``policy``,
-        ``policy_kwargs``, ``learning_rate``...); a missing ``policy`` is ``MultiInputPolicy`` for a Dict
-        observation and ``MlpPolicy`` otherwise.
-    :param seed: seeds the envs, the policy and the evaluation envs.
+    :param env_id: a registered gymnasium id of an env that reports action masks, or ``pettingzoo:<game>``.
+    :param n_timesteps: env steps (a game's moves trained on) to train for, across all envs; added to the steps
+        already taken when continuing a ``trained_agent``.
+    :param n_envs: envs stepped side by side (``DummyVecEnv``, or the collector's envs; a game's games).
+    :param hyperparams: MaskablePPO's arguments as :func:`~torchrl_mask.app.hyperparams.check_hyperparams`
+        returns them (``policy``, ``policy_kwargs``, ``learning_rate``...); a missing ``policy`` is
+        ``MultiInputPolicy`` for a Dict observation and ``MlpPolicy`` otherwise.
+    :param seed: seeds the envs, the policy and the evaluation.
     :param device: torch device of the policy and the rollout (``cpu``, ``cuda``, ``cuda:1``, ``mps``, ``auto``).
     :param out: output folder; None means ``runs/<env_id>-<date>-<time>``.
-    :param eval_episodes: episodes per evaluation: the final ones, and each periodic one.
-    :param eval_freq: evaluate every ``eval_freq`` env steps (sb3-contrib's ``MaskableEvalCallback``; for
-        ``ppo_lstm_mask``, :class:`~torchrl_mask.algorithms.recurrent_evaluation.MaskableRecurrentEvalCallback`,
-        which keeps the LSTM state), best model saved as ``best_model.zip``; 0 for none.
+    :param eval_episodes: episodes per evaluation (a game's: games per opponent): the final ones, and each
+        periodic one.
+    :param eval_freq: evaluate every ``eval_freq`` env steps (sb3-contrib's ``MaskableEvalCallback``, or the
+        recurrent one that keeps the LSTM state; a game's ladder), best model saved as ``best_model.zip``; 0 for
+        none (a game: ten points over the run).
     :param save_freq: save a checkpoint every ``save_freq`` env steps (SB3's ``CheckpointCallback``); 0 for none.
     :param trained_agent: a saved model (``.zip``) to continue training; its policy is kept.
     :param tensorboard_log: folder for TensorBoard event files (SB3's logger); None for none.
     :param verbose: SB3's logger output: 0 none, 1 the training table, 2 also debug messages.
     :param progress_bar: show SB3's progress bar while training.
     :param threads: torch CPU threads (``torch.set_num_threads``); one is fastest for small networks, and far
-        faster than several when other processes share the cores. The CLI gives a game's
-        (:func:`~torchrl_mask.app.game_config.game_threads`: two for Connect Four) unless ``--threads``.
+        faster than several when other processes share the cores.
     :param collector: None steps the envs with SB3's ``DummyVecEnv``; ``"sync"`` collects with TorchRL's
         ``Collector`` over a ``SerialEnv`` in this process, ``"multisync"`` with TorchRL's
-        ``MultiSyncCollector``, one worker process per env.
+        ``MultiSyncCollector``, one worker process per env (a game: the games split over worker processes).
     :param conf_file: the file the hyperparameters came from, recorded in ``evaluation.json``.
     :param overwrite: train into an output folder that holds another run's files, removing them first (without
         it such a folder is refused).
-    :param pool_size: a ``pettingzoo:`` game only: 0 trains by pure self-play; ``n`` plays the learner against
-        ``n`` snapshots of its past weights (:class:`~torchrl_mask.SelfPlayPolicy`).
-    :param league_players: a ``pettingzoo:`` game only: fixed players of the game's ladder the learner also meets
-        (``("perfect",)`` for tic-tac-toe), drawn with the snapshots by what the learner does not beat yet
-        (:mod:`torchrl_mask.games.league`).
-    :param fixed_share: a ``pettingzoo:`` game's league only: the fixed players' share of its games, the snapshots
-        the rest (:class:`~torchrl_mask.games.league.League`); None: one draw over all the opponents.
-    :param self_share: a ``pettingzoo:`` game's league only: the share of its games the learner plays against
-        itself, every seat learning; 0 none.
-    :param symmetries: a ``pettingzoo:`` game only: train on each move's images under the game's symmetries
-        (:mod:`torchrl_mask.games.symmetry`) too; None: the game's (Connect Four's mirror, tic-tac-toe's eight)
-        with ``ppo_mask``, none with an LSTM.
-    :param images: with the game's symmetries: ``"all"`` trains on each move and all its images, ``"random"`` on
-        each move as one of them drawn at random (:class:`~torchrl_mask.SelfPlayPolicy`'s ``images``).
     :param algo: ``"ppo_mask"`` trains :class:`~torchrl_mask.MaskablePPO`, ``"ppo_lstm_mask"``
         :class:`~torchrl_mask.MaskableRecurrentPPO` (LSTM policies: ``MlpLstmPolicy`` or ``MultiInputLstmPolicy``
         by default, with ``policy_kwargs`` such as ``lstm_hidden_size``; from a VecEnv or a collector).
+    :param selfplay: a ``pettingzoo:<game>``'s opponents and images; None for a gymnasium env.
     """
 
     env_id: str = "Taxi-v4"
@@ -317,7 +144,7 @@ class TrainConfig:
     seed: int = 0
     device: str = "cpu"
     out: Path | None = None
-    eval_episodes: int = 20
+    eval_episodes: int = GYM_EVAL_EPISODES
     eval_freq: int = 0
     save_freq: int = 0
     trained_agent: Path | None = None
@@ -328,13 +155,13 @@ class TrainConfig:
     collector: Literal["sync", "multisync"] | None = None
     conf_file: Path | None = None
     overwrite: bool = False
-    pool_size: int = 0
-    league_players: tuple[str, ...] = ()
-    fixed_share: float | None = None
-    self_share: float = 0.0
-    symmetries: bool | None = None
-    images: Images = "all"
     algo: Literal["ppo_mask", "ppo_lstm_mask"] = "ppo_mask"
+    selfplay: SelfPlay | None = None
+
+    @property
+    def kind(self) -> EnvKind:
+        """What :attr:`env_id` names (:func:`~torchrl_mask.app.kinds.env_kind`)."""
+        return env_kind(self.env_id)
 
     def output_dir(self) -> Path:
         """The output folder: :attr:`out`, or ``runs/<env_id>-<date>-<time>`` (env id made file-safe)."""
@@ -343,36 +170,262 @@ class TrainConfig:
         safe_id = re.sub(r"[^A-Za-z0-9._-]+", "_", self.env_id)
         return Path("runs") / f"{safe_id}-{time.strftime('%Y%m%d-%H%M%S')}"
 
+    def record(self, out: Path) -> dict[str, Any]:
+        """The configuration as ``evaluation.json`` records it: every field by name, a game's options among them
+        (a gymnasium run's at their defaults), and the folder written.
 
-def check_paths(config: TrainConfig) -> Path:
-    """Check every path a configuration names, before torch is imported; nothing is written.
+        :param out: the output folder.
+        :return: a JSON-able dict (paths as text when dumped with ``default=str``).
+        """
+        recorded = {
+            item.name: copy.deepcopy(getattr(self, item.name))
+            for item in fields(self)
+            if item.name not in ("algo", "selfplay")
+        }
+        recorded.update(asdict(self.selfplay or SelfPlay()))
+        recorded["algo"] = self.algo
+        recorded["out"] = str(out)
+        return recorded
 
-    :param config: the run's configuration.
-    :return: the output folder (:meth:`TrainConfig.output_dir`).
-    :raises UsageError: an output or TensorBoard folder that cannot be made, an output folder in use or holding
-        files (without ``overwrite``), a trained agent that is not a file, or ``tensorboard_log`` without
-        TensorBoard installed.
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def train_config(
+    env_id: str = TrainConfig.env_id,
+    *,
+    algo: Literal["ppo_mask", "ppo_lstm_mask"] = "ppo_mask",
+    conf_file: Path | None = None,
+    hyperparams: list[tuple[str, Any]] | None = None,
+    n_timesteps: int | None = None,
+    trained_agent: Path | None = None,
+    eval_episodes: int | None = None,
+    threads: int | None = None,
+    collector: Literal["sync", "multisync"] | None = None,
+    pool_size: int | None = None,
+    league_players: list[str] | None = None,
+    fixed_share: float | Literal["none"] | None = None,
+    self_share: float | None = None,
+    symmetries: bool | None = None,
+    images: Images | None = None,
+    **rest: Any,
+) -> TrainConfig:
+    """The run a user asks for: what they gave, the env's defaults for the rest (see the module).
+
+    An argument left None was not given. ``rest`` takes :class:`TrainConfig`'s other fields as they are (``seed``,
+    ``device``, ``out``, ``eval_freq``, ``save_freq``, ``tensorboard_log``, ``verbose``, ``progress_bar``,
+    ``overwrite``).
+
+    :param env_id: ``--env``.
+    :param algo: ``--algo``.
+    :param conf_file: ``--conf-file``: an rl-zoo3 YAML file.
+    :param hyperparams: ``--hyperparams``, as ``(name, value)`` pairs, a later value of a name winning.
+    :param n_timesteps: ``-n``.
+    :param trained_agent: ``-i``: its saved policy is kept (``policy_kwargs`` dropped).
+    :param eval_episodes: ``--eval-episodes``.
+    :param threads: ``--threads``: at most the cores this process may use.
+    :param collector: ``--collector``.
+    :param pool_size: ``--pool-size`` (a game only, as the options below).
+    :param league_players: ``--league-players``.
+    :param fixed_share: ``--fixed-share``: a share, or ``"none"`` for one draw over all the opponents.
+    :param self_share: ``--self-share``.
+    :param symmetries: ``--symmetries`` / ``--no-symmetries``.
+    :param images: ``--images``.
+    :return: the configuration, not yet checked against files, the env or the device.
+    :raises UsageError: an unreadable ``--conf-file``, refused ``--hyperparams``, no ``n_timesteps``, ``policy_kwargs``
+        given with ``-i``, too many threads, or a self-play option that does not fit the env.
     """
-    out = check_folder(config.output_dir(), "--out")
-    if config.trained_agent is not None and not config.trained_agent.is_file():
-        raise UsageError(f"-i {config.trained_agent}: no such file; pass a model saved by torchrl-mask train (.zip).")
-    run_folder.check_out(out, config.overwrite, config.trained_agent)
-    if config.tensorboard_log is not None:
-        check_folder(config.tensorboard_log, "--tensorboard-log")
-        if importlib.util.find_spec("tensorboard") is None:
-            raise UsageError("--tensorboard-log needs TensorBoard: pip install 'torchrl-mask[tensorboard]'.")
-    return out
+    kind = env_kind(env_id)
+    given = [] if hyperparams is None else hyperparams
+    profile = game_profile(kind.name) if kind.is_game else None
+    entry, file_selfplay = load_conf_file(conf_file, env_id) if conf_file is not None else (None, {})
+    values = _hyperparams(profile, algo, entry, check_hyperparams(dict(given), "--hyperparams"))
+    if trained_agent is not None:  # the saved policy is kept, as rl-zoo3 keeps it
+        values = without_policy_kwargs(values, [key for key, _ in given], trained_agent)
+    steps = n_timesteps or values.pop("n_timesteps", None)
+    values.pop("n_timesteps", None)
+    if steps is None:
+        raise UsageError(f"--conf-file {conf_file} gives no n_timesteps for {env_id}; add it, or pass --n-timesteps.")
+    options = {
+        "pool_size": pool_size,
+        "league_players": league_players,
+        "fixed_share": fixed_share,
+        "self_share": self_share,
+        "symmetries": symmetries,
+        "images": images,
+    }
+    if profile is None:
+        _refuse_game_options(env_id, options)
+        selfplay = None
+    else:
+        selfplay = _selfplay(profile, algo, {**file_selfplay, **_given(options)})
+    threads = _threads(profile, file_selfplay.get("threads") if threads is None else threads, collector)
+    default_episodes = GYM_EVAL_EPISODES if profile is None else GAME_EVAL_GAMES
+    return TrainConfig(
+        env_id=env_id,
+        n_timesteps=steps,
+        n_envs=values.pop("n_envs", 1),
+        hyperparams=values,
+        eval_episodes=eval_episodes or default_episodes,
+        trained_agent=trained_agent,
+        threads=threads,
+        collector=collector,
+        conf_file=conf_file,
+        algo=algo,
+        selfplay=selfplay,
+        **rest,
+    )
 
 
-def check_config(config: TrainConfig) -> Path:
-    """Check what can be checked before torch is imported: the rollout's minibatches, then every path.
+def default_selfplay(env_id: str, algo: str = "ppo_mask") -> SelfPlay | None:
+    """How a game's run plays when no option says otherwise (its record's league and images); None for a gymnasium
+    env.
 
-    :param config: the run's configuration.
-    :return: the output folder (:meth:`TrainConfig.output_dir`).
-    :raises UsageError: a minibatch of one row (:func:`check_minibatches`), or what :func:`check_paths` raises.
+    :param env_id: ``--env``.
+    :param algo: ``--algo``.
     """
-    check_pool_size(config.pool_size)
+    kind = env_kind(env_id)
+    return _selfplay(game_profile(kind.name), algo, {}) if kind.is_game else None
+
+
+def _hyperparams(
+    profile: GameProfile | None, algo: str, entry: dict[str, Any] | None, overrides: dict[str, Any]
+) -> dict[str, Any]:
+    """The defaults (the game's record, or the built-in ones), or the file's entry, then ``--hyperparams`` over them."""
+    if entry is not None:
+        return {**entry, **overrides}
+    if profile is None:  # built in, without batch_size: a quarter of the rollout
+        defaults = dict(DEFAULT_HYPERPARAMS)
+        if "batch_size" not in overrides:
+            n_steps = overrides.get("n_steps", defaults["n_steps"])
+            overrides = {**overrides, "batch_size": max(2, n_steps * overrides.get("n_envs", defaults["n_envs"]) // 4)}
+        return {**defaults, **overrides}
+    defaults = profile.hyperparams
+    if algo == "ppo_lstm_mask":
+        defaults["policy_kwargs"] = {**defaults["policy_kwargs"], **LSTM_GAME_KWARGS}
+    return {**defaults, **overrides}
+
+
+def _given(options: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in options.items() if value is not None}
+
+
+def _refuse_game_options(env_id: str, options: dict[str, Any]) -> None:
+    """A gymnasium env has no league, no self-play and no images: each such option given is refused."""
+    names = [f"--{key.replace('_', '-')}" for key, value in _given(options).items()]
+    if names:
+        raise UsageError(
+            f"{' '.join(names)} {'is' if len(names) == 1 else 'are'} for a pettingzoo:<game>'s self-play, but --env "
+            f"{env_id} is a gymnasium env; leave {'it' if len(names) == 1 else 'them'} out, or pass --env "
+            "pettingzoo:<game>."
+        )
+
+
+def _selfplay(profile: GameProfile, algo: str, given: dict[str, Any]) -> SelfPlay:
+    """A game's opponents and images: the options given (or a file's), else the game's record (see the module)."""
+    if "pool_size" in given or "league_players" in given:  # given either, the other defaults to none
+        pool_size, players = int(given.get("pool_size", 0)), tuple(given.get("league_players", ()))
+    else:
+        pool_size, players = profile.pool_size, profile.league_players
+    if pool_size > POOL_SIZE_MAX:
+        raise UsageError(
+            f"--pool-size {pool_size} is above {POOL_SIZE_MAX}: every snapshot is a full copy of the policy's weights, "
+            "made at start (in every worker process with --collector multisync), and past a few dozen the oldest are "
+            f"seldom drawn; use --pool-size {POOL_SIZE_MAX} or less."
+        )
+    league = bool(pool_size or players)
+    for option in ("fixed_share", "self_share"):
+        if option in given and not league:
+            flag = f"--{option.replace('_', '-')} {given[option]}"
+            raise UsageError(
+                f"{flag} without a league: pure self-play (--pool-size 0 and no --league-players) plays every game "
+                f"against itself already; leave {flag.split()[0]} out, or give --pool-size."
+            )
+    share = given.get("fixed_share")
+    if isinstance(share, float | int) and not 0 <= share <= 1:
+        raise UsageError(
+            f"--fixed-share {share}: give the fixed players' share of the league's games, from 0 to 1 (0.5: half "
+            "the games against them)."
+        )
+    _check_players(profile, players)
+    _check_symmetries(profile, algo, given.get("symmetries"))
+    fixed_share = given.get("fixed_share", profile.fixed_share if league else None)
+    symmetries = given.get("symmetries")
+    images = _images(profile, algo, symmetries, given.get("images"))
+    return SelfPlay(
+        pool_size=pool_size,
+        league_players=players,
+        fixed_share=None if fixed_share == "none" else fixed_share,
+        self_share=float(given.get("self_share", profile.self_share if league else 0.0)),
+        symmetries=symmetries,
+        images=images,
+    )
+
+
+def _check_players(profile: GameProfile, players: tuple[str, ...]) -> None:
+    """Refuse ``--league-players`` that are not fixed players of the game's ladder, or one named twice."""
+    known = sorted(name for name in profile.opponents if name != "self")
+    unknown = [name for name in players if name not in known]
+    if unknown or len(set(players)) != len(players):
+        problem = f"{', '.join(unknown)} not in {profile.name}'s ladder" if unknown else "a player named twice"
+        raise UsageError(
+            f"--league-players {' '.join(players)}: {problem}; name each at most once, from {' '.join(known)}."
+        )
+
+
+def _check_symmetries(profile: GameProfile, algo: str, symmetries: bool | None) -> None:
+    """Refuse ``--symmetries`` for a game without any, or with an LSTM (its states follow the moves played)."""
+    if symmetries and (profile.symmetries is None or algo == "ppo_lstm_mask"):
+        why = "an LSTM's states follow the moves played, not their images"
+        if profile.symmetries is None:
+            why = f"{profile.name} has none listed"
+        raise UsageError(
+            f"--symmetries: {why}; leave the option out (the game's own: tictactoe_v3, connect_four_v3 with ppo_mask)."
+        )
+
+
+def _images(profile: GameProfile, algo: str, symmetries: bool | None, given: Images | None) -> Images:
+    """``--images`` if the run trains on images at all (refused otherwise), else the game's."""
+    trains_images = profile.symmetries is not None and symmetries is not False and algo == "ppo_mask"
+    if given is not None and not trains_images:
+        why = f"--algo {algo} trains on no images (an LSTM's states follow the moves played)"
+        if symmetries is False:
+            why = "--no-symmetries"
+        elif profile.symmetries is None:
+            why = f"{profile.name} has no symmetries"
+        raise UsageError(
+            f"--images {given} says how a move's images are trained on, but {why}; leave --images out, or train "
+            "a board game (tictactoe_v3, connect_four_v3) with ppo_mask and its symmetries."
+        )
+    if given is not None:
+        return given
+    return profile.images if trains_images else "all"
+
+
+def _threads(profile: GameProfile | None, given: int | None, collector: str | None) -> int:
+    """``--threads`` if given, at most the usable cores; else the game's (at most those cores), 1 with worker
+    processes (they take the cores) or for a gymnasium env."""
+    cores = usable_cores()
+    if given is not None:
+        if given > cores:
+            raise UsageError(
+                f"--threads {given}: this process may use {cores} core{'s' if cores > 1 else ''}, and more threads "
+                f"than cores slow every step down; use --threads {cores} or less."
+            )
+        return int(given)
+    if collector == "multisync" or profile is None:
+        return 1
+    return max(1, min(profile.threads, cores))
+
+
+def check_rollout(config: TrainConfig) -> None:
+    """Refuse a rollout that would train on a minibatch of one row (before anything is imported or written).
+
+    :param config: the run.
+    :raises UsageError: what :func:`~torchrl_mask.app.hyperparams.check_minibatches` refuses.
+    """
     hyperparams = config.hyperparams  # MaskablePPO's defaults where the run gives none
     n_steps, batch_size = hyperparams.get("n_steps", 2048), hyperparams.get("batch_size", 64)
     check_minibatches(n_steps, config.n_envs, batch_size, hyperparams.get("normalize_advantage", True))
-    return check_paths(config)

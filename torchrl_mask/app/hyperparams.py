@@ -204,9 +204,16 @@ HYPERPARAMS: dict[str, Callable[[Any], tuple[Any, str]]] = {
 }
 # rl-zoo3's keys that wrap the env or its VecEnv, or SB3 features MaskablePPO lacks: refused by name.
 RL_ZOO_ONLY = {
-    "normalize", "env_wrapper", "vec_env_wrapper", "frame_stack", "callback", "monitor_kwargs", "use_sde",
-    "sde_sample_freq", "env_kwargs",
-}  # fmt: skip
+    "normalize",
+    "env_wrapper",
+    "vec_env_wrapper",
+    "frame_stack",
+    "callback",
+    "monitor_kwargs",
+    "use_sde",
+    "sde_sample_freq",
+    "env_kwargs",
+}
 
 
 def check_hyperparams(values: Mapping[str, Any], source: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from sb3_contrib.common.wrappers import ActionMasker
 from stable_baselines3.common.monitor import Monitor
 from torchrl.envs import TransformedEnv
 
-from torchrl_mask.app.config import UsageError
+from torchrl_mask.app.hyperparams import UsageError
 from torchrl_mask.torchrl.envs import ActionMaskInInfo, masked_gym_env
 
 __all__ = ["InfoActionMasker", "collector_env", "make_masked_env", "one_line"]

@@ -25,7 +25,8 @@ from typing import Any, Literal, TextIO
 
 import numpy as np
 
-from torchrl_mask.app.config import GAME_PREFIX, UsageError
+from torchrl_mask.app.hyperparams import UsageError
+from torchrl_mask.app.kinds import env_kind
 
 __all__ = ["SEATS", "PlayConfig", "check_model_file", "play"]
 
@@ -88,7 +89,7 @@ def _load(config: PlayConfig, game: Any) -> Any:
         raise UsageError(f"--env {config.env_id}: {err}") from None
     model_moves = getattr(model.action_space, "n", None)
     if model.observation_space.shape != observation_space.shape or model_moves != action_space.n:
-        game_name = config.env_id.removeprefix(GAME_PREFIX)
+        game_name = env_kind(config.env_id).name
         raise UsageError(
             f"-i {config.model_path} was trained on observations {model.observation_space.shape} with {model_moves} "
             f"moves, but {game_name} has {observation_space.shape} with {action_space.n}; pass a model trained on "
@@ -172,13 +173,14 @@ def play(config: PlayConfig, read: Callable[[str], str] = input, out: TextIO = s
     :raises UsageError: an env that is not ``pettingzoo:<game>``, an unknown game, a missing or unreadable model,
         or a model of another game.
     """
-    if not config.env_id.startswith(GAME_PREFIX):
+    kind = env_kind(config.env_id)
+    if not kind.is_game:
         raise UsageError(f"--env {config.env_id}: play takes a pettingzoo:<game>, e.g. --env pettingzoo:tictactoe_v3.")
     check_model_file(config.model_path)
     from torchrl_mask.games.env import make_game  # torch and the game, once the arguments are checked
 
     try:
-        game = make_game(config.env_id)
+        game = make_game(kind.name)
     except (ImportError, ValueError) as err:
         raise UsageError(f"--env {config.env_id}: {err}") from None
     model = _load(config, game)
@@ -191,5 +193,5 @@ def play(config: PlayConfig, read: Callable[[str], str] = input, out: TextIO = s
     except KeyboardInterrupt:
         out.write("\nInterrupted; the game is left unfinished.\n")
         return 130
-    out.write(_result(config.env_id.removeprefix(GAME_PREFIX), reward) + "\n")
+    out.write(_result(kind.name, reward) + "\n")
     return 0

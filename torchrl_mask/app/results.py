@@ -24,6 +24,7 @@ from stable_baselines3.common.monitor import load_results
 from torchrl_mask.algorithms.ppo import UnmaskedPredictWarning
 from torchrl_mask.algorithms.recurrent_evaluation import evaluate_policy as recurrent_evaluate_policy
 from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
+from torchrl_mask.app.files import write_file
 from torchrl_mask.rollout.masks import mask_spec
 
 __all__ = ["evaluate", "learning_curve", "mean_return", "plot"]
@@ -176,5 +177,7 @@ def plot(
     ax_eval.bar_label(bars, labels=texts, padding=2)
     ax_eval.axhline(0, color="black", lw=0.8)
     ax_eval.set(ylabel="mean episode return", title=f"evaluation, {episodes} episodes")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        write_file(path, lambda partial: fig.savefig(partial, format="png", dpi=100))
+    finally:
+        plt.close(fig)

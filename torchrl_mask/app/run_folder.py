@@ -6,7 +6,7 @@ left alone. While a run trains, a lock file (:data:`LOCK`, holding its process i
 same folder, with or without ``--overwrite``; it is removed when the run ends, also on an error or an interrupt.
 A lock left by a process that no longer runs (killed with SIGKILL) does not count. A folder the run created
 (the output folder, its ``monitor/``) and left empty, as a run interrupted before it wrote anything leaves it, is
-removed again (:func:`made_folder`). Nothing heavy is imported.
+removed again (:func:`remove_if_empty`). Nothing heavy is imported.
 
 Example:
     >>> import tempfile
@@ -23,19 +23,55 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from torchrl_mask.app.hyperparams import UsageError
 
-__all__ = ["LOCK", "OWNED", "check_out", "claim", "made_folder"]
+__all__ = ["LOCK", "OWNED", "check_folder", "check_out", "claim", "remove_if_empty"]
 
 LOCK = ".torchrl-mask.lock"
 # What a run writes into its folder (glob patterns), removed by --overwrite.
 OWNED = (
-    "model.zip", "learning_curve.png", "learning_curve.csv", "evaluation.json", "monitor",
-    "rl_model_*_steps.zip", "best_model.zip", "evaluations.npz", "win_rates.csv", "crash.txt", LOCK,
-)  # fmt: skip
+    "model.zip",
+    "learning_curve.png",
+    "learning_curve.csv",
+    "evaluation.json",
+    "monitor",
+    "rl_model_*_steps.zip",
+    "best_model.zip",
+    "evaluations.npz",
+    "win_rates.csv",
+    "crash.txt",
+    LOCK,
+)
+
+
+def check_folder(folder: Path, option: str) -> Path:
+    """``folder`` if a folder can be made there: probed with a folder created and removed in its nearest existing
+    ancestor, so that a path under a file, in a read-only place or under ``/proc`` is refused before training.
+
+    :param folder: the folder to write into (created later if missing).
+    :param option: the option that gave it, for the message (``--out``).
+    :return: ``folder``.
+    :raises UsageError: a file, a path under a file, or a place where no folder can be created.
+    """
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{option} {folder} is a file; pass a folder (it is created if missing).")
+    base = next(parent for parent in (folder, *folder.absolute().parents) if parent.exists())
+    if not base.is_dir():
+        raise UsageError(
+            f"{option} {folder} is under {base}, which is a file; pass a folder path (created if missing)."
+        )
+    try:
+        tempfile.TemporaryDirectory(prefix=".torchrl_mask_probe_", dir=base).cleanup()
+    except OSError as err:
+        raise UsageError(
+            f"{option} {folder}: cannot create a folder in {base} ({err.strerror or err}); "
+            "pass a folder you can write to."
+        ) from None
+    return folder
 
 
 def _running_owner(folder: Path) -> int | None:
@@ -71,7 +107,7 @@ def check_out(folder: Path, overwrite: bool, trained_agent: Path | None = None) 
             "or pass another --out."
         )
     if not overwrite:
-        if any(folder.iterdir()):
+        if any(path.name != LOCK for path in folder.iterdir()):  # a lock whose run is gone does not count
             raise UsageError(
                 f"--out {folder} is not empty (an earlier run's files?); pass an empty or new folder, or add "
                 "--overwrite to replace the earlier run."
@@ -120,27 +156,14 @@ def claim(folder: Path, overwrite: bool) -> Iterator[Path]:
     finally:
         lock.unlink(missing_ok=True)
         if made:  # a run that ended before writing anything leaves no folder behind
-            _remove_if_empty(folder)
+            remove_if_empty(folder)
 
 
-@contextlib.contextmanager
-def made_folder(folder: Path) -> Iterator[Path]:
-    """Create ``folder`` (if missing) for the block; if the block leaves it empty, remove it again, however the
-    block ends (an interrupt before anything was written, say). A folder that was there is left as it is.
+def remove_if_empty(folder: Path) -> None:
+    """Remove ``folder`` if it is empty (a folder a run made and wrote nothing into); else keep it.
 
-    :param folder: the folder to create.
-    :return: a context whose value is ``folder``.
+    :param folder: the folder.
     """
-    made = not folder.exists()
-    folder.mkdir(exist_ok=True)
-    try:
-        yield folder
-    finally:
-        if made:
-            _remove_if_empty(folder)
-
-
-def _remove_if_empty(folder: Path) -> None:
     with contextlib.suppress(OSError):  # not empty (or gone): kept
         folder.rmdir()
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from torchrl_mask.app.config import TrainConfig
+from torchrl_mask.app.files import write_file, write_text
 
 __all__ = ["hyperparams_used", "moves_at_seconds", "moves_axis", "plot_win_rates", "write_curve", "write_evaluation"]
 
@@ -41,7 +41,7 @@ def write_curve(out: Path, curve: list[dict[str, Any]]) -> None:
     if curve:
         columns = list(curve[0])
         lines = [",".join(columns), *(",".join(f"{point.get(c, float('nan')):g}" for c in columns) for point in curve)]
-        (out / "win_rates.csv").write_text("\n".join(lines) + "\n")
+        write_text(out / "win_rates.csv", "\n".join(lines) + "\n")
 
 
 def hyperparams_used(model: Any, given: dict[str, Any]) -> dict[str, Any]:
@@ -69,8 +69,8 @@ def write_evaluation(out: Path, config: TrainConfig, evaluation: dict[str, Any],
     :param evaluation: :func:`~torchrl_mask.games.evaluation.evaluate_ladder`'s dict.
     :param used: :func:`hyperparams_used`.
     """
-    record = {**evaluation, "games": config.eval_episodes, "config": {**asdict(config), "out": str(out)}, "used": used}
-    (out / "evaluation.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    record = {**evaluation, "games": config.eval_episodes, "config": config.record(out), "used": used}
+    write_text(out / "evaluation.json", json.dumps(record, indent=2, default=str) + "\n")
 
 
 def _final_text(evaluation: dict[str, Any]) -> str:
@@ -108,15 +108,20 @@ def plot_win_rates(curve: list[dict[str, Any]], evaluation: dict[str, Any], titl
         ax.plot(seconds, [point[column] for point in curve], ls=style, marker="o", label=column.removeprefix("vs_"))
     moves_axis(ax, curve)
     ylabel = "rate" if win_rate else f"{evaluation.get('metric', '')} per game ({evaluation.get('unit', '')})"
-    ax.set(xlabel="training's wall time (s), the measurements left out", ylabel=ylabel,
-           title=f"self-play on {title}\nfinal: {_final_text(evaluation)}")  # fmt: skip
+    ax.set(
+        xlabel="training's wall time (s), the measurements left out",
+        ylabel=ylabel,
+        title=f"self-play on {title}\nfinal: {_final_text(evaluation)}",
+    )
     if win_rate:
         ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     if curve:
         ax.legend(loc="best")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        write_file(path, lambda partial: fig.savefig(partial, format="png", dpi=100))
+    finally:
+        plt.close(fig)
 
 
 def moves_axis(ax: Any, curve: list[dict[str, Any]]) -> Any:

@@ -40,16 +40,21 @@ def make_collector(config: TrainConfig, model: MaskablePPO | MaskableRecurrentPP
     collector: BaseCollector
     if config.collector == "multisync":
         collector = MultiSyncCollector(
-            makers, policy, frames_per_batch=frames, total_frames=-1, num_threads=config.threads,
+            makers,
+            policy,
+            frames_per_batch=frames,
+            total_frames=-1,
+            num_threads=config.threads,
             auto_register_policy_transforms=False,  # the envs carry what the policy reads (InitTracker, primer)
-        )  # fmt: skip
+        )
         collector.set_seed(config.seed)
         collector.reset()  # set_seed reseeds the envs but keeps the step (and mask) each worker holds: start anew
     else:  # seeded before the Collector resets it, so that the first episodes are seeded too
         envs = SerialEnv(config.n_envs, makers)
         envs.set_seed(config.seed)
-        collector = Collector(envs, policy, frames_per_batch=frames, total_frames=-1,
-                              auto_register_policy_transforms=False)  # fmt: skip
+        collector = Collector(
+            envs, policy, frames_per_batch=frames, total_frames=-1, auto_register_policy_transforms=False
+        )
     return collector
 
 

@@ -19,15 +19,23 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.utils import check_for_correct_spaces
 
-from torchrl_mask.app.config import UsageError
+from torchrl_mask.app.hyperparams import UsageError
 from torchrl_mask.app.masked_env import one_line
 
 __all__ = ["check_trained_agent"]
 
 _LOAD_ERRORS = (
-    AssertionError, ValueError, KeyError, TypeError, AttributeError, OSError, RuntimeError, EOFError,
-    pickle.UnpicklingError, zipfile.BadZipFile,
-)  # fmt: skip
+    AssertionError,
+    ValueError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    OSError,
+    RuntimeError,
+    EOFError,
+    pickle.UnpicklingError,
+    zipfile.BadZipFile,
+)
 
 
 def check_trained_agent(path: Path, env: gym.Env, algorithm: type[BaseAlgorithm]) -> None:
@@ -46,8 +54,9 @@ def check_trained_agent(path: Path, env: gym.Env, algorithm: type[BaseAlgorithm]
     except UsageError:
         raise
     except _LOAD_ERRORS as err:
-        raise UsageError(f"-i {path}: cannot continue from it: {one_line(err)} Pass a "
-                         f"{algorithm.__name__} .zip saved for this env.") from None  # fmt: skip
+        raise UsageError(
+            f"-i {path}: cannot continue from it: {one_line(err)} Pass a {algorithm.__name__} .zip saved for this env."
+        ) from None
 
 
 def _check_kind(path: Path, data: dict | None, algorithm: type[BaseAlgorithm]) -> None:

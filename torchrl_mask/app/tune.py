@@ -21,8 +21,10 @@ storage and the outputs are written from them. The outputs, in ``--out``, rewrit
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import signal
 import socket
 import sys
 import threading
@@ -38,24 +40,17 @@ import torch
 from optuna.storages.journal import JournalFileBackend
 from sqlalchemy.exc import DBAPIError
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.env_util import make_vec_env
 
-from torchrl_mask.app import results, run_folder, search_spaces, selfplay_training, tune_args, tune_outputs
-from torchrl_mask.app.config import (
-    GAME_PREFIX,
-    TrainConfig,
-    UsageError,
-    check_minibatches,
-    game_fixed_share,
-    game_images,
-    game_league,
-    game_self_share,
-)
+from torchrl_mask.app import results, run_folder, search_spaces, tune_args, tune_outputs
+from torchrl_mask.app.config import TrainConfig, check_rollout, default_selfplay
+from torchrl_mask.app.hyperparams import UsageError
 from torchrl_mask.app.masked_env import make_masked_env, one_line
-from torchrl_mask.app.results import EVAL_SEED_OFFSET
-from torchrl_mask.app.training import ALGORITHMS, _policy, model_kwargs, quiet_logger
+from torchrl_mask.app.models import ALGORITHMS
+from torchrl_mask.app.pipeline import Terminated, train_model
+from torchrl_mask.app.prepare import make_task
+from torchrl_mask.app.run import EXIT_INTERRUPTED, EXIT_TERMINATED
 from torchrl_mask.app.tune_args import JOURNAL_SUFFIX, TuneConfig, check_tune_config, storage_url
-from torchrl_mask.games.evaluation import evaluate_ladder, ladder_score
+from torchrl_mask.app.tune_outputs import value_name
 
 __all__ = [
     "TrialDiverged",
@@ -70,6 +65,7 @@ __all__ = [
 
 
 _WRITING = threading.Lock()  # --n-jobs: trials end in threads, each rewriting the same files
+SETTINGS = "torchrl_mask_settings"  # the study's user attribute holding what its trials share
 
 
 class TrialDiverged(RuntimeError):
@@ -77,26 +73,28 @@ class TrialDiverged(RuntimeError):
 
 
 class TrialEvalCallback(BaseCallback):
-    """rl-zoo3's ``TrialEvalCallback``, scored with masks: every ``eval_freq`` calls (env steps per env), the
-    masked evaluation is reported to the trial; training stops when Optuna's pruner says so.
+    """rl-zoo3's ``TrialEvalCallback``, scored with masks: ``evaluations`` times a trial, every
+    ``n_timesteps / evaluations`` of the model's steps (a self-play model's moves), the score is reported to the
+    trial; training stops when Optuna's pruner says so.
 
     :param trial: the Optuna trial.
-    :param evaluate: the masked evaluation of a model.
-    :param eval_freq: calls between evaluations.
+    :param evaluate: the score of a model.
+    :param n_timesteps: the trial's steps.
+    :param evaluations: the scores to report, at most (``--n-evaluations``).
     """
 
-    def __init__(self, trial: optuna.Trial, evaluate: Any, eval_freq: int) -> None:
+    def __init__(self, trial: optuna.Trial, evaluate: Any, n_timesteps: int, evaluations: int) -> None:
         super().__init__()
-        self.trial, self.evaluate, self.eval_freq = trial, evaluate, eval_freq
+        self.trial, self.evaluate = trial, evaluate
+        self.every = max(n_timesteps // evaluations, 1)
+        self.most = evaluations
         self.evaluations = 0
         self.pruned = False
 
     def _on_step(self) -> bool:
-        if self.n_calls % self.eval_freq != 0:
+        if self.evaluations >= self.most or self.num_timesteps < self.every * (self.evaluations + 1):
             return True
         value = self.evaluate(self.model)
-        if not math.isfinite(value):
-            raise TrialDiverged(f"masked evaluation {value} at {self.num_timesteps} steps: the parameters diverged")
         self.evaluations += 1
         self.trial.report(value, self.evaluations)
         self.pruned = self.trial.should_prune()
@@ -107,31 +105,22 @@ def _train_config(config: TuneConfig, hyperparams: dict[str, Any], seed: int) ->
     """The ``train`` configuration a trial is: what ``train --conf-file best_hyperparams.yml`` would run (a game
     trains against its default league, as ``train`` gives it with no league option)."""
     rest = {key: value for key, value in hyperparams.items() if key != "n_envs"}
-    pool_size, league_players = game_league(config.env_id, None, None)
     return TrainConfig(
-        env_id=config.env_id, n_timesteps=config.n_timesteps, n_envs=config.n_envs, hyperparams=rest, seed=seed,
-        eval_episodes=config.eval_episodes, verbose=0, progress_bar=False, algo=config.algo,  # type: ignore[arg-type]
-        pool_size=pool_size, league_players=league_players,
-        fixed_share=game_fixed_share(config.env_id, None, bool(pool_size or league_players)),
-        self_share=game_self_share(config.env_id, None, bool(pool_size or league_players)),
-        images=game_images(config.env_id, None, config.algo == "ppo_mask"),
-    )  # fmt: skip
-
-
-def _model(train_config: TrainConfig, env: Any) -> Any:
-    """A new model as ``train`` builds it (same policy, arguments and seed)."""
-    env_space = env.observation_space
-    policy = _policy(train_config, env_space)
-    kwargs = model_kwargs(train_config.hyperparams, policy, train_config.algo)
-    model = ALGORITHMS[train_config.algo](
-        policy, env, device="cpu", tensorboard_log=None, verbose=0, seed=train_config.seed, **kwargs
+        env_id=config.env_id,
+        n_timesteps=config.n_timesteps,
+        n_envs=config.n_envs,
+        hyperparams=rest,
+        seed=seed,
+        eval_episodes=config.eval_episodes,
+        verbose=0,
+        progress_bar=False,
+        algo=config.algo,  # type: ignore[arg-type]
+        selfplay=default_selfplay(config.env_id, config.algo),
     )
-    quiet_logger(model, train_config)
-    return model
 
 
 def trial_value(model: Any, env_id: str, episodes: int, seed: int, use_masking: bool = True) -> float:
-    """A trial's score: the mean return of the masked evaluation, as ``train`` reports it.
+    """A gymnasium trial's score: the mean return of the masked evaluation, as ``train`` reports it.
 
     :param model: the trained model.
     :param env_id: the env.
@@ -144,11 +133,11 @@ def trial_value(model: Any, env_id: str, episodes: int, seed: int, use_masking: 
 
 
 def run_trial(config: TuneConfig, trial: optuna.Trial) -> float:
-    """Train one trial's model and return its masked evaluation.
+    """Train one trial's model (the run's task, :mod:`torchrl_mask.app.pipeline`) and return its score.
 
     :param config: the study's configuration.
     :param trial: the Optuna trial.
-    :return: the mean return of the masked evaluation at the end of training.
+    :return: the task's score at the end of training (the masked mean return, or a game's ladder score).
     :raises optuna.TrialPruned: the pruner stopped it.
     :raises TrialDiverged: its evaluation is not finite.
     """
@@ -158,73 +147,25 @@ def run_trial(config: TuneConfig, trial: optuna.Trial) -> float:
         "seed": seed,
         "hyperparams": hyperparams,
         "worker": f"{socket.gethostname()}:{os.getpid()}",
+        "settings": config.settings(),
     }.items():
         trial.set_user_attr(key, value)
     train_config = _train_config(config, hyperparams, seed)
-    rest = train_config.hyperparams
-    check_minibatches(rest.get("n_steps", 2048), config.n_envs, rest.get("batch_size", 64),
-                      rest.get("normalize_advantage", True))  # fmt: skip
-    eval_freq = max(config.n_timesteps // config.n_evaluations // config.n_envs, 1)
-    if config.env_id.startswith(GAME_PREFIX):
-        evaluate = partial(_evaluate_game, config.env_id, config.eval_episodes, seed)
-        callback = TrialEvalCallback(trial, evaluate, eval_freq)
-        model = _learn_game(train_config, callback)
-    else:
-        evaluate = partial(_evaluate, config.env_id, config.eval_episodes, seed)
-        callback = TrialEvalCallback(trial, evaluate, eval_freq)
-        model = _learn(train_config, callback)
+    check_rollout(train_config)
+    task = make_task(train_config)
+
+    def evaluate(model: Any) -> float:
+        value = task.score(model, config.eval_episodes, seed)
+        if not math.isfinite(value):
+            raise TrialDiverged(f"{value_name(config.env_id)} {value}: the parameters diverged")
+        return value
+
+    callback = TrialEvalCallback(trial, evaluate, config.n_timesteps, config.n_evaluations)
+    model = train_model(task, "cpu", [callback])
+    trial.set_user_attr("timesteps", model.num_timesteps)  # the steps trained, whole rollouts past n_timesteps
     if callback.pruned:
         raise optuna.TrialPruned(f"pruned after {callback.evaluations} evaluation(s)")
     return evaluate(model)
-
-
-def _learn(train_config: TrainConfig, callback: BaseCallback) -> Any:
-    """A gymnasium trial's training: ``n_envs`` masked envs, as ``train`` makes them."""
-    env_id, n_envs, seed = train_config.env_id, train_config.n_envs, train_config.seed
-    env = make_vec_env(make_masked_env, n_envs=n_envs, seed=seed, env_kwargs={"env_id": env_id})
-    try:
-        model = _model(train_config, env)
-        model.learn(train_config.n_timesteps, callback)
-    finally:
-        env.close()
-    return model
-
-
-def _learn_game(train_config: TrainConfig, callback: BaseCallback) -> Any:
-    """A ``pettingzoo:<game>`` trial's training: self-play, as ``train`` runs it (the collector in this process,
-    the game's default league)."""
-    game = train_config.env_id.removeprefix(GAME_PREFIX)
-    model = selfplay_training.build_model(train_config, game, "cpu")
-    collector = selfplay_training.build_collector(train_config, model, game, train_config.pool_size)
-    return model.learn(train_config.n_timesteps, callback, collector=collector)
-
-
-def game_value(env_id: str, episodes: int, seed: int, model: Any) -> float:
-    """A game trial's score: the model against its game's whole ladder, as one number
-    (:func:`~torchrl_mask.games.evaluation.ladder_score`: mean ``win - loss`` over the opponents, or chips, or
-    the shared score), from the same evaluation ``train`` writes to ``evaluation.json``.
-
-    :param env_id: ``"pettingzoo:<game>"``.
-    :param episodes: games per opponent.
-    :param seed: the trial's seed.
-    :param model: the trained model.
-    :return: the score.
-    """
-    return ladder_score(evaluate_ladder(model, env_id.removeprefix(GAME_PREFIX), episodes, seed + EVAL_SEED_OFFSET))
-
-
-def _evaluate_game(env_id: str, episodes: int, seed: int, model: Any) -> float:
-    value = game_value(env_id, episodes, seed, model)
-    if not math.isfinite(value):
-        raise TrialDiverged(f"ladder score {value}: the parameters diverged")
-    return value
-
-
-def _evaluate(env_id: str, episodes: int, seed: int, model: Any) -> float:
-    value = trial_value(model, env_id, episodes, seed)
-    if not math.isfinite(value):
-        raise TrialDiverged(f"masked evaluation {value}: the parameters diverged")
-    return value
 
 
 def _objective(config: TuneConfig) -> Any:
@@ -267,8 +208,15 @@ def make_study(config: TuneConfig, out: Path) -> optuna.Study:
             storage: Any = url
             if url.endswith(JOURNAL_SUFFIX) and "://" not in url:
                 storage = optuna.storages.JournalStorage(JournalFileBackend(url))
-            return optuna.create_study(storage=storage, sampler=sampler, pruner=pruner, study_name=config.name(),
-                                       direction="maximize", load_if_exists=True)  # fmt: skip
+            study = optuna.create_study(
+                storage=storage,
+                sampler=sampler,
+                pruner=pruner,
+                study_name=config.name(),
+                direction="maximize",
+                load_if_exists=True,
+            )
+            return _joined(study, config)
         except DBAPIError as err:  # OperationalError (locked), IntegrityError (both stamped the schema)
             if attempt == 4:
                 raise UsageError(f"--storage {url}: cannot open it ({one_line(err.orig or err)})") from None
@@ -276,6 +224,33 @@ def make_study(config: TuneConfig, out: Path) -> optuna.Study:
         except ValueError as err:  # e.g. an existing study that minimises
             raise UsageError(f"--study-name {config.name()}: {one_line(err)}") from None
     raise AssertionError("unreachable")
+
+
+def _joined(study: optuna.Study, config: TuneConfig) -> optuna.Study:
+    """``study``, once its settings are this worker's: recorded on a new study, compared on an existing one."""
+    settings = config.settings()
+    recorded = study.user_attrs.get(SETTINGS)
+    if recorded is None:
+        if study.get_trials(deepcopy=False):  # trials, but not ours: rl-zoo3's or plain Optuna's
+            raise UsageError(
+                f"--study-name {config.name()}: the study in {storage_name(config)} was not written by torchrl-mask "
+                "tune (its trials have no torchrl-mask settings); pass another --study-name or --storage."
+            )
+        study.set_user_attr(SETTINGS, settings)
+        return study
+    differ = [key for key in settings if recorded.get(key) != settings[key]]
+    if differ:
+        theirs = ", ".join(f"{key}={recorded.get(key)!r}" for key in differ)
+        raise UsageError(
+            f"--study-name {config.name()}: the study was started with {theirs}; a worker that joins it must run the "
+            "same trials: give the same options, or another --study-name."
+        )
+    return study
+
+
+def storage_name(config: TuneConfig) -> str:
+    """The storage as a person named it: ``--storage``, or the default file in ``--out``."""
+    return config.storage or str(config.output_dir() / tune_args.STUDY_DB)
 
 
 @dataclass
@@ -286,7 +261,8 @@ class TuneResult:
     :param out: the output folder.
     :param files: the files written in ``out``.
     :param notes: a line for each plot that could not be drawn.
-    :param interrupted: Ctrl-C stopped the study.
+    :param interrupted: Ctrl-C or SIGTERM stopped the study.
+    :param terminated: it was SIGTERM.
     """
 
     study: optuna.Study
@@ -294,19 +270,14 @@ class TuneResult:
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     interrupted: bool = False
+    terminated: bool = False
 
 
 def _prepare(config: TuneConfig) -> Path:
-    """Every check, in the order a user fixes them: the configuration, the env and the fixed part's policy."""
+    """Every check, in the order a user fixes them: the configuration, then the env and the fixed part's policy, as
+    a trial's task checks them."""
     out = check_tune_config(config)
-    if config.env_id.startswith(GAME_PREFIX):  # the game was checked; its trials build their model as train does
-        return out
-    env = make_masked_env(config.env_id)  # an unknown id or an env without masks: refused here
-    try:
-        train_config = _train_config(config, config.fixed, config.seed)
-        model_kwargs(train_config.hyperparams, _policy(train_config, env.observation_space), config.algo)
-    finally:
-        env.close()
+    make_task(_train_config(config, config.fixed, config.seed))
     return out
 
 
@@ -330,33 +301,49 @@ def tune(config: TuneConfig) -> TuneResult:
     out = _prepare(config)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     optuna.logging.disable_default_handler()  # a failed trial is one line of ours, not Optuna's traceback
-    interrupted = False
+    optuna_logger = logging.getLogger("optuna")
+    if not any(isinstance(handler, logging.NullHandler) for handler in optuna_logger.handlers):
+        optuna_logger.addHandler(logging.NullHandler())  # else logging's last resort prints Optuna's warnings
+    interrupted = terminated = False
     with run_folder.claim(out, overwrite=False):
         study = make_study(config, out)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.optimize(
-                    _objective(config), n_trials=config.n_trials, n_jobs=config.n_jobs, catch=(Exception,),
-                    callbacks=[partial(_report_trial, config, out)], show_progress_bar=config.progress_bar,
+                    _objective(config),
+                    n_trials=config.n_trials,
+                    n_jobs=config.n_jobs,
+                    catch=(Exception,),
+                    callbacks=[partial(_report_trial, config, out)],
+                    show_progress_bar=config.progress_bar,
                     gc_after_trial=True,
-                )  # fmt: skip
-        except KeyboardInterrupt:
-            interrupted = True
+                )
+        except KeyboardInterrupt as stop:
+            interrupted, terminated = True, isinstance(stop, Terminated)
         files = tune_outputs.write_outputs(
             study, out, config.env_id, config.n_timesteps, config.eval_episodes, config.algo
         )
-        plots, notes = tune_outputs.write_plots(study, out)
+        plots: list[str] = []
+        notes: list[str] = []
+        if tune_outputs.best_trial(study) is not None:  # with no trial complete, there is nothing to plot
+            plots, notes = tune_outputs.write_plots(study, out)
     if config.storage is None:
         files.insert(0, tune_args.STUDY_DB)
-    return TuneResult(study, out, files + plots, notes, interrupted)
+    return TuneResult(study, out, files + plots, notes, interrupted, terminated)
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 def run_tune(config: TuneConfig) -> int:
-    """Run ``torchrl-mask tune`` and report it.
+    """Run ``torchrl-mask tune`` and report it. SIGTERM stops the study as Ctrl-C does (the running trial marked
+    failed, the outputs written from the trials so far, the folder's lock removed).
 
     :param config: the checked configuration.
-    :return: 0; 130 after Ctrl-C (the trials so far kept, the outputs written from them).
+    :return: 0; 1 when no trial completed (each one's failure was printed); 130 after Ctrl-C and 143 after SIGTERM
+        (the trials so far kept, the outputs written from them).
     """
     n_jobs = f", {config.n_jobs} at a time" if config.n_jobs > 1 else ""
     print(
@@ -365,7 +352,11 @@ def run_tune(config: TuneConfig) -> int:
         f"study {config.name()!r}.",
         flush=True,
     )
-    result = tune(config)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        result = tune(config)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     finished = [trial for trial in result.study.trials if trial.state.is_finished()]
     counts = {
         state: sum(trial.state.name.lower() == state for trial in finished) for state in ("complete", "pruned", "fail")
@@ -382,5 +373,11 @@ def run_tune(config: TuneConfig) -> int:
         print(
             "torchrl-mask: interrupted; the trials so far are kept and the outputs written from them.", file=sys.stderr
         )
-        return 130
+        return EXIT_TERMINATED if result.terminated else EXIT_INTERRUPTED
+    if best is None:
+        print(
+            "torchrl-mask: no trial completed (each failure is printed above); fix what they say, then tune again.",
+            file=sys.stderr,
+        )
+        return 1
     return 0

@@ -21,19 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchrl_mask.app import run_folder
+from torchrl_mask.app import run_folder, search_spaces
 from torchrl_mask.app.arg_types import HelpFormatter, hyperparam, n_timesteps, positive_int, seed
-from torchrl_mask.app.config import (
-    ALGOS,
-    DEFAULT_HYPERPARAMS,
-    GAME_PREFIX,
-    UsageError,
-    check_folder,
-    check_hyperparams,
-    check_minibatches,
-    load_conf_file,
-)
-from torchrl_mask.app.game_config import game_hyperparams
+from torchrl_mask.app.conf_file import load_conf_file
+from torchrl_mask.app.config import ALGOS
+from torchrl_mask.app.hyperparams import DEFAULT_HYPERPARAMS, UsageError, check_hyperparams, check_minibatches
+from torchrl_mask.app.kinds import env_kind
+from torchrl_mask.games.profile import game_profile
 
 __all__ = ["PRUNERS", "SAMPLERS", "TuneConfig", "add_tune_parser", "check_tune_config", "storage_url", "tune_config"]
 
@@ -102,6 +96,22 @@ class TuneConfig:
         """The study's name: :attr:`study_name`, or ``<algo>-<env id>``."""
         return self.study_name or f"{self.algo}-{self.env_id}"
 
+    def settings(self) -> dict[str, Any]:
+        """What every trial of one study must share: the env, the model, the trial's steps, its evaluations and
+        the fixed part (the search space's bounds depend on it). A study records its own; a worker that joins with
+        others is refused, and each trial keeps them (``best_hyperparams.yml`` is written from its trial's).
+
+        :return: a JSON-able dict.
+        """
+        return {
+            "env_id": self.env_id,
+            "algo": self.algo,
+            "n_timesteps": self.n_timesteps,
+            "n_evaluations": self.n_evaluations,
+            "eval_episodes": self.eval_episodes,
+            "fixed": self.fixed,
+        }
+
 
 def storage_url(out: Path, storage: str | None) -> str:
     """The study's storage: ``storage`` as given, or a SQLite file in ``out``.
@@ -110,7 +120,11 @@ def storage_url(out: Path, storage: str | None) -> str:
     :param storage: ``--storage``, or None.
     :return: an Optuna storage URL, or a journal file's path.
     """
-    return storage if storage is not None else f"sqlite:///{(out / STUDY_DB).absolute()}"
+    if storage is not None:
+        return storage
+    from sqlalchemy.engine import URL  # a folder's "?", "#" or "%" escaped: the file lands in the folder
+
+    return URL.create("sqlite", database=str((out / STUDY_DB).absolute())).render_as_string(hide_password=False)
 
 
 def add_tune_parser(commands: Any) -> argparse.ArgumentParser:
@@ -132,45 +146,74 @@ def add_tune_parser(commands: Any) -> argparse.ArgumentParser:
     tune.add_argument("--algo", choices=sorted(ALGOS), default=defaults.algo, help="the model and its search space")
     tune.add_argument("-conf", "--conf-file", type=Path, metavar="FILE", help="rl-zoo3 YAML file: the fixed part")
     tune.add_argument(
-        "-params", "--hyperparams", type=hyperparam, nargs="+", action="extend", default=[], metavar="NAME=VALUE",
+        "-params",
+        "--hyperparams",
+        type=hyperparam,
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="NAME=VALUE",
         help="fix hyperparameters (not searched), over the file's: n_envs=4 gamma=0.99",
-    )  # fmt: skip
+    )
     tune.add_argument(
-        "-n", "--n-timesteps", type=n_timesteps, metavar="N",
+        "-n",
+        "--n-timesteps",
+        type=n_timesteps,
+        metavar="N",
         help=f"env steps per trial (default: the file's n_timesteps, or {defaults.n_timesteps})",
-    )  # fmt: skip
+    )
+    _add_study_options(tune, defaults)
+    return tune
+
+
+def _add_study_options(tune: argparse.ArgumentParser, defaults: TuneConfig) -> None:
+    """The study's options: trials, sampler, pruner, evaluations, storage, workers, seed, output."""
     tune.add_argument("--n-trials", type=positive_int, default=defaults.n_trials, help="trials this process runs")
     tune.add_argument("--sampler", choices=SAMPLERS, default=defaults.sampler, help="Optuna's TPE or random sampler")
     tune.add_argument("--pruner", choices=PRUNERS, default=defaults.pruner, help="Optuna's median pruner, or none")
-    tune.add_argument("--n-startup-trials", type=positive_int, default=defaults.n_startup_trials,
-                      help="trials before TPE models and before the median prunes")  # fmt: skip
-    tune.add_argument("--n-evaluations", type=positive_int, default=defaults.n_evaluations,
-                      help="masked evaluations per trial, reported to Optuna for pruning")  # fmt: skip
-    tune.add_argument("--eval-episodes", type=positive_int, default=defaults.eval_episodes,
-                      help="episodes per evaluation")  # fmt: skip
     tune.add_argument(
-        "--storage", metavar="URL",
+        "--n-startup-trials",
+        type=positive_int,
+        default=defaults.n_startup_trials,
+        help="trials before TPE models and before the median prunes",
+    )
+    tune.add_argument(
+        "--n-evaluations",
+        type=positive_int,
+        default=defaults.n_evaluations,
+        help="masked evaluations per trial, reported to Optuna for pruning",
+    )
+    tune.add_argument(
+        "--eval-episodes", type=positive_int, default=defaults.eval_episodes, help="episodes per evaluation"
+    )
+    tune.add_argument(
+        "--storage",
+        metavar="URL",
         help="Optuna storage: an RDB URL (sqlite:///f.db, postgresql://user:pw@host/db, mysql://...) or a .log "
         "journal file; several processes given the same --storage and --study-name work on one study "
         f"(default: sqlite:///<out>/{STUDY_DB})",
-    )  # fmt: skip
+    )
     tune.add_argument("--study-name", metavar="NAME", help="the study's name (default: <algo>-<env>)")
     tune.add_argument("--n-jobs", type=positive_int, default=defaults.n_jobs, help="trials run side by side (threads)")
     tune.add_argument("--seed", type=seed, default=defaults.seed, help="trial n trains with seed + n")
-    tune.add_argument("--out", type=Path, metavar="DIR",
-                      help="folder for the outputs (default: runs/tune-<env>-<date>-<time>); new or empty")  # fmt: skip
+    tune.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="folder for the outputs (default: runs/tune-<env>-<date>-<time>); new or empty",
+    )
     tune.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    return tune
 
 
 def _fixed_part(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     """The file's entry (n_envs 1 if it gives none, as ``train``), or the built-in n_envs; ``--hyperparams`` over
     it; and the env steps per trial."""
+    kind = env_kind(args.env)
     if args.conf_file is None:  # a game's trials play as many games side by side as its train defaults
-        defaults = game_hyperparams(args.env) if args.env.startswith(GAME_PREFIX) else DEFAULT_HYPERPARAMS
+        defaults = game_profile(kind.name).hyperparams if kind.is_game else DEFAULT_HYPERPARAMS
         fixed: dict[str, Any] = {"n_envs": defaults["n_envs"]}
     else:
-        fixed = {"n_envs": 1, **load_conf_file(args.conf_file, args.env)}
+        fixed = {"n_envs": 1, **load_conf_file(args.conf_file, args.env)[0]}
     fixed.update(check_hyperparams(dict(args.hyperparams), "--hyperparams"))
     steps = args.n_timesteps or fixed.pop("n_timesteps", None) or TuneConfig.n_timesteps
     fixed.pop("n_timesteps", None)
@@ -186,28 +229,26 @@ def tune_config(args: argparse.Namespace) -> TuneConfig:
     """
     fixed, steps = _fixed_part(args)
     config = TuneConfig(
-        env_id=args.env, algo=args.algo, fixed=fixed, n_timesteps=steps, n_trials=args.n_trials,
-        sampler=args.sampler, pruner=args.pruner, n_startup_trials=args.n_startup_trials,
-        n_evaluations=args.n_evaluations, eval_episodes=args.eval_episodes, storage=args.storage,
-        study_name=args.study_name, n_jobs=args.n_jobs, seed=args.seed, out=args.out, conf_file=args.conf_file,
+        env_id=args.env,
+        algo=args.algo,
+        fixed=fixed,
+        n_timesteps=steps,
+        n_trials=args.n_trials,
+        sampler=args.sampler,
+        pruner=args.pruner,
+        n_startup_trials=args.n_startup_trials,
+        n_evaluations=args.n_evaluations,
+        eval_episodes=args.eval_episodes,
+        storage=args.storage,
+        study_name=args.study_name,
+        n_jobs=args.n_jobs,
+        seed=args.seed,
+        out=args.out,
+        conf_file=args.conf_file,
         progress_bar=not args.no_progress,
-    )  # fmt: skip
+    )
     check_tune_config(config)
     return config
-
-
-def _check_game(config: TuneConfig) -> None:
-    """A ``pettingzoo:<game>`` self-play can train (its rules installed, masked and turn-based), with MaskablePPO."""
-    if config.algo != "ppo_mask":
-        raise UsageError(
-            f"--algo {config.algo} with --env {config.env_id}: self-play trains MaskablePPO only; use --algo ppo_mask."
-        )
-    from torchrl_mask.games.env import game_spaces, make_game  # PettingZoo, no torch
-
-    try:
-        game_spaces(make_game(config.env_id))
-    except (ImportError, ValueError) as err:
-        raise UsageError(f"--env {config.env_id}: {' '.join(str(err).split())}") from None
 
 
 def _check_storage(storage: str) -> None:
@@ -224,8 +265,10 @@ def _check_storage(storage: str) -> None:
         url = make_url(storage)
         url.get_dialect()
     except NoSuchModuleError:
-        raise UsageError(f"--storage {storage}: SQLAlchemy has no dialect {url.drivername!r}; use sqlite, "
-                         "postgresql or mysql (with its driver installed).") from None  # fmt: skip
+        raise UsageError(
+            f"--storage {storage}: SQLAlchemy has no dialect {url.drivername!r}; use sqlite, "
+            "postgresql or mysql (with its driver installed)."
+        ) from None
     except (ArgumentError, ValueError):
         raise UsageError(
             f"--storage {storage!r} is not a storage URL; pass e.g. sqlite:///study.db, "
@@ -240,15 +283,24 @@ def check_tune_config(config: TuneConfig) -> Path:
 
     :param config: the configuration.
     :return: the output folder.
-    :raises UsageError: a ``pettingzoo:`` game self-play cannot train (or with ``ppo_lstm_mask``), a fixed
-        rollout that leaves a one-row minibatch, more evaluations than a trial has rollouts' worth of steps, a bad
-        storage, or an output folder that is in use or not empty.
+    :raises UsageError: Optuna is not installed, a fixed rollout that leaves a one-row minibatch, more evaluations
+        than a trial has rollouts' worth of steps, a bad storage, or an output folder that is in use or not empty.
     """
     if importlib.util.find_spec("optuna") is None:
         raise UsageError("torchrl-mask tune needs Optuna: pip install 'torchrl-mask[tune]'.")
-    if config.env_id.startswith(GAME_PREFIX):
-        _check_game(config)
     fixed = config.fixed
+    if "n_steps" in fixed and fixed["n_steps"] * config.n_envs < 2:
+        raise UsageError(
+            f"n_steps={fixed['n_steps']} with n_envs={config.n_envs}: a rollout of one row trains on minibatches of "
+            "one row (NaN parameters) whatever batch_size a trial draws; fix n_steps * n_envs to 2 or more."
+        )
+    smallest = search_spaces.N_STEPS[0] * config.n_envs
+    if "n_steps" not in fixed and smallest > config.n_timesteps:
+        raise UsageError(
+            f"--n-timesteps {config.n_timesteps} with n_envs={config.n_envs}: the smallest rollout a trial draws "
+            f"(n_steps={search_spaces.N_STEPS[0]}) is {smallest:,} steps, past the trial's budget; raise "
+            f"--n-timesteps to {smallest} or more, or give n_envs or n_steps with --hyperparams."
+        )
     if "n_steps" in fixed and "batch_size" in fixed:
         check_minibatches(fixed["n_steps"], config.n_envs, fixed["batch_size"], fixed.get("normalize_advantage", True))
     if config.n_evaluations > config.n_timesteps // config.n_envs:
@@ -258,6 +310,6 @@ def check_tune_config(config: TuneConfig) -> Path:
         )
     if config.storage is not None:
         _check_storage(config.storage)
-    out = check_folder(config.output_dir(), "--out")
+    out = run_folder.check_folder(config.output_dir(), "--out")
     run_folder.check_out(out, overwrite=False)
     return out

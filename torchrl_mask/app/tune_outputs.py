@@ -12,12 +12,16 @@ Example:
 from __future__ import annotations
 
 import warnings
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pandas  # noqa: F401  (imported here, before any trial: see below)
 import yaml
+
+from torchrl_mask.app.files import write_file, write_text
+from torchrl_mask.app.kinds import env_kind
 
 __all__ = [
     "BEST_YAML",
@@ -73,13 +77,16 @@ def value_name(env_id: str) -> str:
     :param env_id: the env tuned.
     :return: the name, for the outputs.
     """
-    return "ladder score" if env_id.startswith("pettingzoo:") else "masked mean return"
+    return "ladder score" if env_kind(env_id).is_game else "masked mean return"
 
 
 def conf_text(
     env_id: str, n_timesteps: int, trial: optuna.trial.FrozenTrial, eval_episodes: int, algo: str = "ppo_mask"
 ) -> str:
     """``best_hyperparams.yml``: the trial's hyperparameters keyed by env id, with the command that retrains it.
+
+    The trial's own settings (its ``settings`` attribute: the steps, algo and evaluation it ran with) come first;
+    the arguments stand for a trial that has none.
 
     :param env_id: the env tuned.
     :param n_timesteps: env steps per trial.
@@ -88,6 +95,11 @@ def conf_text(
     :param algo: the ``--algo`` tuned (named in the command unless it is ``ppo_mask``, ``train``'s default).
     :return: the file's text.
     """
+    settings = trial.user_attrs.get("settings", {})
+    env_id = settings.get("env_id", env_id)
+    n_timesteps = settings.get("n_timesteps", n_timesteps)
+    eval_episodes = settings.get("eval_episodes", eval_episodes)
+    algo = settings.get("algo", algo)
     hyperparams = {"n_timesteps": n_timesteps, **trial.user_attrs["hyperparams"]}
     ordered = {key: hyperparams[key] for key in _ORDER if key in hyperparams}
     ordered.update(sorted((key, value) for key, value in hyperparams.items() if key not in ordered))
@@ -160,14 +172,14 @@ def write_plots(study: optuna.Study, out: Path) -> tuple[list[str], list[str]]:
         figure = axes.figure
         figure.set_size_inches(8, 5)
         figure.tight_layout()
-        figure.savefig(out / name, dpi=100)
-        plt.close(figure)
+        try:
+            write_file(out / name, partial(figure.savefig, format="png", dpi=100))
+        finally:
+            plt.close(figure)
         written.append(name)
     return written, skipped
 
 
 def _replace(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, so that a reader never sees half of it."""
-    partial = path.with_name(path.name + ".part")
-    partial.write_text(text, encoding="utf-8")
-    partial.replace(path)
+    """Write ``text`` to ``path`` whole (:func:`~torchrl_mask.app.files.write_text`)."""
+    write_text(path, text)

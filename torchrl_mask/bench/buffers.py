@@ -315,27 +315,13 @@ def _add_how_to_run(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark and print the tables; ``learn`` as the first argument runs the end-to-end one instead
-    (:func:`torchrl_mask.bench.learn.main` with the arguments after it), ``selfplay`` the self-play speeds
-    (:func:`torchrl_mask.bench.selfplay.main`), ``memory`` self-play with an LSTM against without
-    (:func:`torchrl_mask.bench.memory.main`).
+    """Run the benchmark and print the tables (``torchrl-mask bench``: :mod:`torchrl_mask.bench.commands` runs the
+    others).
 
     :param argv: command-line arguments (``--help`` lists them); None reads ``sys.argv``.
     :return: process exit code.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["learn"]:
-        from torchrl_mask.bench import learn as benchmark_learn  # sb3-contrib's test envs and the whole PPO stack
-
-        return benchmark_learn.main(argv[1:])
-    if argv[:1] == ["selfplay"]:
-        from torchrl_mask.bench import selfplay as benchmark_selfplay  # PettingZoo's games and the train job
-
-        return benchmark_selfplay.main(argv[1:])
-    if argv[:1] == ["memory"]:
-        from torchrl_mask.bench import memory as benchmark_memory  # two self-play train jobs and their evaluation
-
-        return benchmark_memory.main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -359,8 +345,16 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         print(report.cell_line(result), flush=True)
     command = "torchrl-mask bench " + " ".join(argv)
-    text = report.render(results, variants, skipped, command=command.strip(), machine=_machine(), rounds=args.rounds,
-                         device=args.device, threads=args.threads)  # fmt: skip
+    text = report.render(
+        results,
+        variants,
+        skipped,
+        command=command.strip(),
+        machine=_machine(),
+        rounds=args.rounds,
+        device=args.device,
+        threads=args.threads,
+    )
     print()
     print(text)
     for path in args.update:

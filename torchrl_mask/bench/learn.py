@@ -225,20 +225,23 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument(
-        "--action-spaces", action="store_true",
+        "--action-spaces",
+        action="store_true",
         help="the action-space grid instead: SB3's unmasked PPO, sb3-contrib and ours (its own knobs: "
         "torchrl-mask bench learn --action-spaces --help)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--fast-paths", action="store_true",
+        "--fast-paths",
+        action="store_true",
         help="what each fast path buys instead: learn() with one path off against all on (its own knobs: "
         "torchrl-mask bench learn --fast-paths --help)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--recurrent", action="store_true",
+        "--recurrent",
+        action="store_true",
         help="sb3-contrib's RecurrentPPO against MaskableRecurrentPPO(use_masking=False) instead (its own knobs: "
         "torchrl-mask bench learn --recurrent --help)",
-    )  # fmt: skip
+    )
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds per library (after one warm-up)")
     parser.add_argument("--timesteps", type=int, default=4096, help="total_timesteps of each learn call")
     parser.add_argument("--n-steps", type=int, default=256)
@@ -307,23 +310,12 @@ def run_workload(workload: str, args: argparse.Namespace) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark and print, per workload, medians and the median paired speed-up.
+    """Run the benchmark and print, per workload, medians and the median paired speed-up (``bench learn``'s
+    ``--recurrent``, ``--action-spaces`` and ``--fast-paths`` run the others: :mod:`torchrl_mask.bench.commands`).
 
     :param argv: command-line arguments (``sys.argv[1:]`` when None).
     :return: 0 on success; 1 if the two libraries learned different parameters.
     """
-    if argv is not None and "--recurrent" in argv:  # RecurrentPPO against MaskableRecurrentPPO, unmasked
-        from torchrl_mask.bench import recurrent as benchmark_recurrent
-
-        return benchmark_recurrent.main([arg for arg in argv if arg != "--recurrent"])
-    if argv is not None and "--action-spaces" in argv:  # the cost of masking, per action space
-        from torchrl_mask.bench import spaces as benchmark_spaces
-
-        return benchmark_spaces.main([arg for arg in argv if arg != "--action-spaces"])
-    if argv is not None and "--fast-paths" in argv:  # what each fast path buys
-        from torchrl_mask.bench import fastpaths
-
-        return fastpaths.main([arg for arg in argv if arg != "--fast-paths"])
     args = _parse(argv)
     torch.set_num_threads(args.threads)
     print(

@@ -1,7 +1,7 @@
 """Memory in self-play: the LSTM model against the feed-forward one, trained for the same wall time.
 
 ``torchrl-mask bench memory`` trains, for each seed, two models by the train job's self-play (the game's defaults,
-:mod:`torchrl_mask.app.selfplay_training`): ``MaskablePPO`` (feed-forward) and ``MaskableRecurrentPPO``
+:mod:`torchrl_mask.app.game_task`): ``MaskablePPO`` (feed-forward) and ``MaskableRecurrentPPO``
 (``--algo ppo_lstm_mask``, each seat with its own LSTM state), each for ``--minutes`` of wall time, one after the
 other, so that machine load falls on both alike. Then it plays ``--games`` games (each seat half of them, seeded)
 of each model against the game's ladder (a random legal player; for Leduc hold'em, rlcard's rule agent) and the
@@ -78,17 +78,23 @@ def train_for(algo: str, game: str, seconds: float, seed: int) -> tuple[Any, int
     :param seed: the run's seed.
     :return: the trained model and the moves it trained on.
     """
-    from torchrl_mask.app.config import TrainConfig, game_hyperparams
-    from torchrl_mask.app.selfplay_training import build_collector, build_model
+    from torchrl_mask.app.config import train_config
+    from torchrl_mask.app.game_task import GameTask
+    from torchrl_mask.app.kinds import game_env_id
 
-    hyperparams = game_hyperparams(f"pettingzoo:{game}", algo)
-    n_envs = hyperparams.pop("n_envs")
-    hyperparams.pop("n_timesteps")
-    config = TrainConfig(env_id=f"pettingzoo:{game}", n_timesteps=10**12, n_envs=n_envs, hyperparams=hyperparams,
-                         seed=seed, verbose=0, progress_bar=False, algo=algo)  # type: ignore[arg-type]  # fmt: skip
-    model = build_model(config, game, "cpu")
+    config = train_config(
+        game_env_id(game),
+        algo=algo,  # type: ignore[arg-type]
+        n_timesteps=10**12,
+        pool_size=0,
+        seed=seed,
+        verbose=0,
+        progress_bar=False,
+    )
+    task = GameTask(config)
+    model = task.build_model("cpu", None)
     stop = StopAfter(seconds)
-    model.learn(10**12, callback=stop, collector=build_collector(config, model, game, 0))
+    model.learn(10**12, callback=stop, collector=task.collector)
     return model, stop.trained
 
 
@@ -141,13 +147,18 @@ def render(results: list[SeedResult], command: str, minutes: float, games: int) 
             means = [result.chips[algo][name][0] for result in results]
             cells.append(f"{statistics.median(means):+.3f} ({min(means):+.3f})")
         lines.append(f"| {NAMES[algo]} | {moves:,.0f} | {' | '.join(cells)} |")
-    lines += ["", f"| seed | model | moves trained | {header} | illegal moves |",
-              "|---|---|---|" + "---|" * (len(opponents) + 1)]  # fmt: skip
+    lines += [
+        "",
+        f"| seed | model | moves trained | {header} | illegal moves |",
+        "|---|---|---|" + "---|" * (len(opponents) + 1),
+    ]
     for result in results:
         for algo in ALGOS:
             cells = [f"{mean:+.3f} ± {std:.3f}" for mean, std in result.chips[algo].values()]
-            lines.append(f"| {result.seed} | {NAMES[algo]} | {result.moves[algo]:,} | {' | '.join(cells)} | "
-                         f"{result.illegal[algo]} |")  # fmt: skip
+            lines.append(
+                f"| {result.seed} | {NAMES[algo]} | {result.moves[algo]:,} | {' | '.join(cells)} | "
+                f"{result.illegal[algo]} |"
+            )
     return "\n".join(lines)
 
 

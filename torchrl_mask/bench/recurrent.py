@@ -116,8 +116,17 @@ def _buffer_inputs(args: argparse.Namespace) -> list[tuple[Any, ...]]:
         states = RNNStates(*[tuple(torch.randn(1, n, hidden) for _ in range(2)) for _ in range(2)])
         obs = rng.normal(size=(n, 4)).astype(np.float32)
         values, log_probs = torch.randn(n, 1), torch.randn(n)
-        steps.append((obs, rng.integers(2, size=(n, 1)), rng.normal(size=n).astype(np.float32),
-                      rng.random(n) < 0.05, values, log_probs, states))  # fmt: skip
+        steps.append(
+            (
+                obs,
+                rng.integers(2, size=(n, 1)),
+                rng.normal(size=n).astype(np.float32),
+                rng.random(n) < 0.05,
+                values,
+                log_probs,
+                states,
+            )
+        )
     return steps
 
 
@@ -132,8 +141,16 @@ def time_buffer(run: str, inputs: list[tuple[Any, ...]], args: argparse.Namespac
     """
     cls: Any = RecurrentRolloutBuffer if run == "sb3-contrib" else MaskableRecurrentRolloutBuffer
     shape = (args.n_steps, 1, args.n_envs, args.lstm_hidden_size)
-    buffer = cls(args.n_steps, spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2), shape, "cpu",
-                 gae_lambda=0.95, gamma=0.99, n_envs=args.n_envs)  # fmt: skip
+    buffer = cls(
+        args.n_steps,
+        spaces.Box(-np.inf, np.inf, (4,), np.float32),
+        spaces.Discrete(2),
+        shape,
+        "cpu",
+        gae_lambda=0.95,
+        gamma=0.99,
+        n_envs=args.n_envs,
+    )
     np.random.seed(args.seed)
     start = time.perf_counter()
     buffer.reset()

@@ -4,7 +4,7 @@
 
 - **PettingZoo's own random play**: the game's AEC loop (``agent_iter``, ``last``, a uniformly random legal move,
   ``step``), the bound a self-play collector that plays the game itself cannot beat;
-- **collection**: the train job's collector (:func:`~torchrl_mask.app.selfplay_training.build_collector`: one
+- **collection**: the train job's collector (:func:`~torchrl_mask.app.game_collector.build_collector`: one
   :class:`~torchrl_mask.TurnBasedEnv` of the game's ``n_envs`` games (``--n-envs`` another number), running
   :class:`~torchrl_mask.SelfPlayPolicy` over an untrained model of the game's default network, against the
   game's default league where it has one: tic-tac-toe's snapshots and fixed players), ``--batches`` batches of
@@ -143,10 +143,10 @@ def train_config(game: str, seed: int, train_args: Sequence[str] = ()) -> Any:
     :param train_args: more ``train`` options (``--self-share 0.5``, ``--hyperparams n_epochs=1``).
     :return: its :class:`~torchrl_mask.app.config.TrainConfig`.
     """
-    from torchrl_mask.app.cli import build_parser, config_from_args
+    from torchrl_mask.app.kinds import game_env_id
+    from torchrl_mask.app.train_args import parse_train_config
 
-    args = build_parser().parse_args(["train", "--env", f"pettingzoo:{game}", "--seed", str(seed), *train_args])
-    return config_from_args(args)
+    return parse_train_config(["--env", game_env_id(game), "--seed", str(seed), *train_args])
 
 
 def collection(
@@ -169,15 +169,17 @@ def collection(
     :return: moves a second, and microseconds per move in the policy (``"policy"``) and the games' steps
         (``"game"``); the rest is TorchRL's collector.
     """
-    from torchrl_mask.app.selfplay_training import build_collector, build_model
+    from torchrl_mask.app.game_task import GameTask
     from torchrl_mask.games.env import TurnBasedEnv
     from torchrl_mask.games.selfplay import SelfPlayPolicy
 
     config = train_config(game, seed, train_args)
     if n_envs is not None:
         config = dataclasses.replace(config, n_envs=n_envs)
-    model = build_model(config, game, "cpu")
-    collector = build_collector(config, model, game, config.pool_size, engine)
+    task = GameTask(config, engine=engine)
+    model = task.build_model("cpu", None)
+    collector = task.collector
+    assert collector is not None  # build_model made it
     frames = config.n_envs * model.n_steps
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)  # as the run would (the bench's own default is the run's default, 1)
@@ -191,7 +193,7 @@ def collection(
             seconds = time.perf_counter() - start
         return batches * frames / seconds, {key: 1e6 * value / (batches * frames) for key, value in spent.items()}
     finally:
-        collector.shutdown()
+        task.close()
         torch.set_num_threads(threads)
 
 
@@ -205,50 +207,61 @@ def whole_run(
     :param seed: the run's ``--seed``.
     :param train_args: more ``train`` options, after the bench's own.
     :return: moves trained on a second, and microseconds per move trained on in each of :data:`PHASES`.
-    :raises RuntimeError: the train job failed (its output is in the message).
     """
     # the job's modules and the learning curve's matplotlib are imported before the clock: a default run pays its
     # imports once, and this run is a tenth of one
     import matplotlib.pyplot  # noqa: F401
 
     from torchrl_mask import MaskablePPO
-    from torchrl_mask.app import run, selfplay_training  # noqa: F401
-    from torchrl_mask.app.cli import main
-    from torchrl_mask.app.config import TrainConfig
+    from torchrl_mask.app import pipeline
+    from torchrl_mask.app.config import GAME_EVAL_GAMES
+    from torchrl_mask.app.game_collector import SNAPSHOTS
+    from torchrl_mask.app.game_task import GameTask
+    from torchrl_mask.app.prepare import prepare
     from torchrl_mask.games.evaluation import EVAL_POINTS, WinRates
 
     default = int(train_config(game, seed, train_args).n_timesteps)  # the run measured, whole
     moves = timesteps or default // 10
-    episodes = max(1, round(TrainConfig.eval_episodes * moves / default))
-    # a run takes about SNAPSHOTS snapshots whatever its length, each measured against the ladder: the default
-    # run's share of them, so that this run snapshots (and measures) every as many rollouts as the default run does
-    snapshots, threads = selfplay_training.SNAPSHOTS, torch.get_num_threads()
-    selfplay_training.SNAPSHOTS = max(1, round(snapshots * moves / default))
+    episodes = max(1, round(GAME_EVAL_GAMES * moves / default))  # the default run's final games, in proportion
+    threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory() as folder:
-        out = Path(folder) / "run"
-        argv = ["train", "--env", f"pettingzoo:{game}", "-n", str(moves), "--seed", str(seed), "--eval-freq",
-                str(default // EVAL_POINTS), "--eval-episodes", str(episodes), "--out", str(out), "--no-progress",
-                "--verbose", "0", *train_args]  # fmt: skip
-        printed = io.StringIO()
+        options = [
+            "-n",
+            str(moves),
+            "--eval-freq",
+            str(default // EVAL_POINTS),
+            "--eval-episodes",
+            str(episodes),
+            "--out",
+            str(Path(folder) / "run"),
+            "--no-progress",
+            "--verbose",
+            "0",
+            *train_args,
+        ]
+        config = train_config(game, seed, options)
         phases: dict[str, tuple[Any, str]] = {
             "rollouts": (MaskablePPO, "collect_rollouts"),
             "updating": (MaskablePPO, "train"),
             "measuring": (WinRates, "_on_rollout_end"),
-            "final": (selfplay_training, "evaluate_ladder"),
+            "final": (GameTask, "evaluate"),
         }
         try:
-            with timed(phases) as spent, contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            with timed(phases) as spent, contextlib.redirect_stdout(io.StringIO()):
                 start = time.perf_counter()
-                status = main(argv)
+                # a run takes about SNAPSHOTS snapshots whatever its length, each measured against the ladder: the
+                # default run's share of them, so that this run snapshots (and measures) as the default run does
+                plan = prepare(config, snapshots=max(1, round(SNAPSHOTS * moves / default)))
+                trained = pipeline.run(plan).model.num_timesteps
                 seconds = time.perf_counter() - start
         finally:
-            selfplay_training.SNAPSHOTS = snapshots
             torch.set_num_threads(threads)  # the run set its --threads
-        if status != 0:
-            raise RuntimeError(f"torchrl-mask {' '.join(argv)} exited {status}: {printed.getvalue()[-2000:]}")
-        trained = MaskablePPO.load(out / "model.zip", device="cpu").num_timesteps
-    costs = {"collecting": spent["rollouts"] - spent["measuring"], "updating": spent["updating"],
-             "measuring": spent["measuring"], "final": spent["final"]}  # fmt: skip
+    costs = {
+        "collecting": spent["rollouts"] - spent["measuring"],
+        "updating": spent["updating"],
+        "measuring": spent["measuring"],
+        "final": spent["final"],
+    }
     costs["other"] = seconds - sum(costs.values())
     return trained / seconds, {key: 1e6 * value / trained for key, value in costs.items()}
 
@@ -293,15 +306,22 @@ def render(results: list[GameSpeeds], command: str, rounds: int) -> str:
             values = [costs[key] for costs in speeds.costs if key in costs]
             return f"{statistics.median(values):,.0f}" if values else "not run"
 
-        per_move = [f"{1e6 / statistics.median(speeds.random_play):,.0f}",
-                    f"{1e6 / statistics.median(speeds.collection):,.0f}", cost("policy"), cost("game"),
-                    "not run" if all(np.isnan(speeds.run)) else f"{1e6 / statistics.median(speeds.run):,.0f}",
-                    *(cost(phase) for phase in PHASES)]  # fmt: skip
+        per_move = [
+            f"{1e6 / statistics.median(speeds.random_play):,.0f}",
+            f"{1e6 / statistics.median(speeds.collection):,.0f}",
+            cost("policy"),
+            cost("game"),
+            "not run" if all(np.isnan(speeds.run)) else f"{1e6 / statistics.median(speeds.run):,.0f}",
+            *(cost(phase) for phase in PHASES),
+        ]
         lines.append(f"| {speeds.game} | " + " | ".join(per_move) + " |")
     return "\n".join(lines)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
+    from torchrl_mask.app.game_task import check_game
+    from torchrl_mask.app.kinds import game_env_id
+
     parser = argparse.ArgumentParser(
         prog="torchrl-mask bench selfplay",
         usage="%(prog)s [options] [-- train options]",
@@ -326,10 +346,19 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     cut = given.index("--") if "--" in given else len(given)
     args = parser.parse_args(given[:cut])
     args.train_args = given[cut + 1 :]
-    if args.train_args:  # what train refuses is refused before anything is timed, in train's words (exit 2)
-        train_config(args.games[0], args.seed, args.train_args)
-    if min(args.rounds, args.random_moves, args.batches, 1 if args.timesteps is None else args.timesteps,
-           1 if args.n_envs is None else args.n_envs) < 1:  # fmt: skip
+    for game in args.games:  # what train refuses is refused before anything is timed, in train's words (exit 2)
+        train_config(game, args.seed, args.train_args)
+        check_game(game_env_id(game), game)
+    if (
+        min(
+            args.rounds,
+            args.random_moves,
+            args.batches,
+            1 if args.timesteps is None else args.timesteps,
+            1 if args.n_envs is None else args.n_envs,
+        )
+        < 1
+    ):
         parser.error("--rounds, --random-moves, --batches, --timesteps and --n-envs must be at least 1.")
     return args
 

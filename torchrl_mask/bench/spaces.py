@@ -109,9 +109,14 @@ def time_learn(name: str, space: str, dict_obs: bool, batch_size: int, args: arg
     """
     env = DummyVecEnv([partial(MaskedSpaceEnv, ACTION_SPACES[space], dict_obs, i) for i in range(args.n_envs)])
     model = ALGORITHMS[name](
-        "MultiInputPolicy" if dict_obs else "MlpPolicy", env, n_steps=args.n_steps, batch_size=batch_size,
-        n_epochs=args.n_epochs, seed=args.seed, device=args.device,
-    )  # fmt: skip
+        "MultiInputPolicy" if dict_obs else "MlpPolicy",
+        env,
+        n_steps=args.n_steps,
+        batch_size=batch_size,
+        n_epochs=args.n_epochs,
+        seed=args.seed,
+        device=args.device,
+    )
     model.set_logger(Logger(None, []))
     # Each learn starts with nothing left to collect: a full collection of this process (torch, TorchRL and Ray
     # imported) can outlast a small cell's learn, and without this one learner would pay for the objects the one
@@ -334,8 +339,10 @@ def main(argv: list[str] | None = None) -> int:
         f"learn({args.timesteps}): {args.n_envs} DummyVecEnv envs, n_steps={args.n_steps}, n_epochs={args.n_epochs}, "
         f"torch threads={args.threads}, rounds={args.rounds} (+1 warm-up), device={args.device}\n"
     )
-    print("| action space | obs | batch | PPO, no masks (s) | sb3-contrib (s) | ours (s) | ours / PPO | floor / PPO | "
-          "sb3-contrib / ours | ours / floor |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+    print(
+        "| action space | obs | batch | PPO, no masks (s) | sb3-contrib (s) | ours (s) | ours / PPO | floor / PPO | "
+        "sb3-contrib / ours | ours / floor |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )
     ok, costs, above, gaps = True, [], [], []
     for space, obs, batch_size in itertools.product(args.spaces, args.observations, args.batch_sizes):
         cell = time_cell(space, obs == "dict", batch_size, args)

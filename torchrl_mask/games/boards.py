@@ -2,10 +2,10 @@
 
 :class:`TurnBasedEnv <torchrl_mask.games.env.TurnBasedEnv>` plays ``N`` games side by side; through PettingZoo's AEC
 env that is ``N`` Python calls a move (``step``, then ``observe``, each through three wrappers), a large part of a
-collected move's cost (docs/benchmarks.md, "Self-play speed", measures both ways). :class:`BoardGames` keeps the
-``N`` boards as one int8 array and plays a move in every game at once: the piece dropped (Connect Four) or placed
-(tic-tac-toe), the lines through it checked for a win, the full boards for a draw, and every game's next view and
-mask written as whole arrays.
+collected move's cost (docs/benchmarks.md, "Self-play speed, where the time goes", measures both ways).
+:class:`BoardGames` keeps the ``N`` boards as one int8 array and plays a move in every game at once: the piece
+dropped (Connect Four) or placed (tic-tac-toe), the lines through it checked for a win, the full boards for a draw,
+and every game's next view and mask written as whole arrays.
 
 It is PettingZoo's game, not a variant: ``connect_four_v3`` and ``tictactoe_v3`` as their modules define them, with
 the same views (the mover's pieces in plane 0, the opponent's in plane 1, int8), masks (the mover's legal moves,
@@ -44,17 +44,16 @@ class BoardGames:
     holds 0 (empty), 1 (the first seat's piece) or 2 (the second's). An action is a column (Connect Four) or a cell
     (tic-tac-toe), as in PettingZoo.
 
-    :param game: ``"connect_four_v3"`` or ``"tictactoe_v3"`` (a ``"pettingzoo:"`` prefix is allowed).
+    :param game: ``"connect_four_v3"`` or ``"tictactoe_v3"``.
     :param n: the games.
     :raises ValueError: a game without arrays here (:class:`~torchrl_mask.games.env.TurnBasedEnv` plays it through
         PettingZoo's own env).
     """
 
     def __init__(self, game: str, n: int) -> None:
-        name = game.removeprefix("pettingzoo:")
-        if name not in BOARD_GAMES:
-            raise ValueError(f"{name!r} has no numpy boards; those are for {sorted(BOARD_GAMES)}.")
-        self.height, self.width, length, self.drops = BOARD_GAMES[name]
+        if game not in BOARD_GAMES:
+            raise ValueError(f"{game!r} has no numpy boards; those are for {sorted(BOARD_GAMES)}.")
+        self.height, self.width, length, self.drops = BOARD_GAMES[game]
         size = self.height * self.width
         self.n = n
         # one more cell, always empty, that pads each cell's list of lines to the same length
@@ -64,8 +63,10 @@ class BoardGames:
         through = [np.flatnonzero((lines == cell).any(axis=1)) for cell in range(size)]
         widest = max(len(found) for found in through)
         padded = np.vstack([lines, np.full((1, length), size)])  # line -1: the empty padding cell
-        self._through = np.stack([padded[np.pad(found, (0, widest - len(found)), constant_values=-1)]
-                                  for found in through])  # fmt: skip  # (size, widest, length) cells
+        # (size, widest, length): the cells of each line through each cell
+        self._through = np.stack(
+            [padded[np.pad(found, (0, widest - len(found)), constant_values=-1)] for found in through]
+        )
         self._rows = np.arange(n)
 
     @classmethod

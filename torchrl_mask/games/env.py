@@ -109,7 +109,7 @@ def make_game(game: str | Any) -> Any:
     """A PettingZoo AEC env: ``game`` itself, or the classic game it names.
 
     :param game: an AEC env, or the name of a ``pettingzoo.classic`` game (``"connect_four_v3"``,
-        ``"tictactoe_v3"``), optionally prefixed ``"pettingzoo:"``.
+        ``"tictactoe_v3"``).
     :return: the AEC env (``<module>.env()``, with PettingZoo's own wrappers: an illegal move ends the game).
     :raises ImportError: PettingZoo is not installed (``pip install 'torchrl-mask[games]'``).
     :raises ValueError: no classic game of that name.
@@ -122,20 +122,19 @@ def make_game(game: str | Any) -> Any:
                 "(tictactoe_v3, connect_four_v3, leduc_holdem_v4, chess_v6, ...)."
             )
         return game
-    name = game.removeprefix("pettingzoo:")
     if importlib.util.find_spec("pettingzoo") is None:
         raise ImportError("Turn-based games need PettingZoo: pip install 'torchrl-mask[games]'.")
     try:
         with warnings.catch_warnings():  # PettingZoo 1.27 prefers its registry; the game modules work in every 1.x
             warnings.simplefilter("ignore", DeprecationWarning)
-            module = importlib.import_module(f"pettingzoo.classic.{name}")
+            module = importlib.import_module(f"pettingzoo.classic.{game}")
     except ModuleNotFoundError as err:
         if not (err.name or "").startswith("pettingzoo.classic"):
-            raise ImportError(f"PettingZoo's {name} needs {err.name}: pip install 'torchrl-mask[games]'.") from err
+            raise ImportError(f"PettingZoo's {game} needs {err.name}: pip install 'torchrl-mask[games]'.") from err
         module = None
     if module is None or not hasattr(module, "env"):
         raise ValueError(
-            f"{name!r} is not a PettingZoo classic game; use e.g. 'connect_four_v3' or 'tictactoe_v3' "
+            f"{game!r} is not a PettingZoo classic game; use e.g. 'connect_four_v3' or 'tictactoe_v3' "
             "(pettingzoo.classic lists them)."
         )
     return module.env()
@@ -148,7 +147,7 @@ def _engine(game: str | Any, engine: str) -> str:
     """The engine a :class:`TurnBasedEnv` steps ``game`` with: ``"auto"`` is numpy boards where the game has them."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r}: use one of {ENGINES}.")
-    has_boards = isinstance(game, str) and game.removeprefix("pettingzoo:") in BOARD_GAMES
+    has_boards = isinstance(game, str) and game in BOARD_GAMES
     if engine == "numpy" and not has_boards:
         raise ValueError(
             f"engine='numpy' plays {sorted(BOARD_GAMES)} by name; {game!r} steps through PettingZoo's own env: "
@@ -263,8 +262,9 @@ class TurnBasedEnv(EnvBase):
         self.observation_spec = Composite(entries).expand(batch)
         self.action_spec = Categorical(n_actions, shape=batch, dtype=torch.int64)
         self.reward_spec = Unbounded((*batch, 1), dtype=torch.float32)
-        self.done_spec = Composite({key: Categorical(2, (*batch, 1), dtype=torch.bool) for key in _DONE_KEYS},
-                                   shape=batch)  # fmt: skip
+        self.done_spec = Composite(
+            {key: Categorical(2, (*batch, 1), dtype=torch.bool) for key in _DONE_KEYS}, shape=batch
+        )
 
     def _set_seed(self, seed: int | None) -> None:
         self._deals = None if seed is None else [deal_seeds(seed + index) for index in range(len(self.games))]
@@ -377,8 +377,9 @@ class TurnBasedEnv(EnvBase):
         n = len(movers)
         reward = np.take_along_axis(arrays[SEAT_REWARD], movers.reshape(n, 1), axis=1)
         truncated = truncated & ~terminated
-        arrays.update({"reward": reward, "terminated": terminated, "truncated": truncated,
-                       "done": terminated | truncated})  # fmt: skip
+        arrays.update(
+            {"reward": reward, "terminated": terminated, "truncated": truncated, "done": terminated | truncated}
+        )
         return self._wrap(arrays, self._draws)
 
     def _board_views(self, arrays: dict[str, np.ndarray]) -> None:

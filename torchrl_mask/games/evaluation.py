@@ -30,7 +30,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from torchrl_mask.games.arena import GameRecord, play_games, seated
 from torchrl_mask.games.env import make_game
-from torchrl_mask.games.ladder import LADDERS, ladder
+from torchrl_mask.games.ladder import known_opponents, ladder
 from torchrl_mask.games.players import BatchPlayer, Player
 
 if TYPE_CHECKING:
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 __all__ = [
     "EVAL_POINTS",
     "EVAL_POINT_GAMES",
-    "OPPONENTS",
     "GameRecord",
     "ModelPlayer",
     "RecurrentPlayer",
@@ -52,7 +51,6 @@ __all__ = [
     "seated",
 ]
 
-OPPONENTS = ("random", "heuristic")  # the opponents of the board games' plot in app/selfplay_training.py
 EVAL_POINTS = 10  # measurements during training
 EVAL_POINT_GAMES = 50  # games per opponent at each of them
 
@@ -115,8 +113,13 @@ class RecurrentPlayer:
         :return: the move.
         """
         start = np.array([self.state is None])
-        action, self.state = self.model.predict(observation, state=self.state, episode_start=start,  # type: ignore[call-arg]
-                                                action_masks=mask, deterministic=True)  # fmt: skip
+        action, self.state = self.model.predict(
+            observation,
+            state=self.state,
+            episode_start=start,  # type: ignore[call-arg]
+            action_masks=mask,
+            deterministic=True,
+        )
         return int(np.asarray(action).reshape(()))
 
 
@@ -156,7 +159,7 @@ def evaluate_games(model: BaseAlgorithm | Player, game: str, opponent: str, game
     """A model (or a player) against one opponent of its game's ladder, summarised by the ladder's metric.
 
     :param model: the trained model (played by :func:`model_player`) or a player function.
-    :param game: the game's name (``"tictactoe_v3"``, ``"pettingzoo:leduc_holdem_v4"``).
+    :param game: the game's name (``"tictactoe_v3"``, ``"leduc_holdem_v4"``).
     :param opponent: an opponent name of the game's ladder (:func:`~torchrl_mask.games.ladder.ladder`).
     :param games: games to play, the model in each seat the same share of them.
     :param seed: seeds the games and the players.
@@ -168,8 +171,7 @@ def evaluate_games(model: BaseAlgorithm | Player, game: str, opponent: str, game
     board = ladder(game)
     head: dict[str, Any] = {"opponent": opponent}
     if opponent not in board.opponents:
-        known = {name for entry in LADDERS.values() for name in entry.opponents}
-        if opponent not in known and opponent not in board.missing:
+        if opponent not in known_opponents() and opponent not in board.missing:
             raise ValueError(f"opponent={opponent!r} is in no game's ladder; {game}'s are {sorted(board.opponents)}.")
         reason = board.missing.get(opponent, f"{opponent!r} is not an opponent of {game}")
         return {**head, "skipped": reason, "ladder": sorted(board.opponents), "illegal_moves": 0, "games": 0}

@@ -1,58 +1,57 @@
 """The evaluation ladder of each game: which fixed players a trained model meets, and what each game counts.
 
-One table, :data:`LADDERS`, read by :mod:`torchrl_mask.games.evaluation` (the final evaluation and the
-:class:`~torchrl_mask.games.evaluation.WinRates` callback during training):
+A game's ladder is part of its record (``ladder:`` in :mod:`torchrl_mask.games.profile`'s ``profiles.yml``),
+which names the players; this module turns the names into the players (:data:`PLAYERS`: random legal play, the
+one-ply win/block heuristic, perfect tic-tac-toe, rlcard's Leduc rule agent; ``negamax_<depth>`` for Connect
+Four; ``solver``, Connect Four's perfect player) and is read by :mod:`torchrl_mask.games.evaluation` (the final
+evaluation and the :class:`~torchrl_mask.games.evaluation.WinRates` callback during training).
 
-============================  =========  ===========================================  ==============================
-game                          metric     opponents                                    unit
-============================  =========  ===========================================  ==============================
-``tictactoe_v3``              win_rate   random, heuristic (win/block), perfect       result (+1 win, 0, -1 loss)
-``connect_four_v3``           win_rate   random, heuristic (win/block), negamax_2,    result; and mistake rates on
-                                         solver (perfect, where bitbully is           Pons' test positions
-                                         installed)                                   (``perfect_play``)
-``leduc_holdem_v4``           chips      random, rule_v2 (rlcard's rule agent)        big blinds
-``texas_holdem_v4``           chips      random                                       big blinds
-``texas_holdem_no_limit_v6``  chips      random                                       chips (big blind 2)
-``chess_v6``                  win_rate   random                                       result
-``go_v5``                     win_rate   random                                       result
-``hanabi_v5``                 score      random (partner), self (the model as        fireworks score (0 when the
-                                         every seat)                                  lives run out)
-============================  =========  ===========================================  ==============================
+Connect Four's ``solver`` (:func:`~torchrl_mask.games.solver.solver_player`) needs the optional ``bitbully``
+(AGPL: ``pip install 'torchrl-mask[solver]'``): where it cannot be imported the ladder leaves it out and says why
+in ``missing``. A record's ``measures`` grade the player alone (:data:`MEASURES`): Connect Four's ``perfect_play``
+is its mistake rate on Pascal Pons' six test sets (:func:`~torchrl_mask.games.perfect_play.mistake_rates`, 6,000
+positions, one batched ``predict`` a set for a model).
 
 Metrics: ``win_rate`` is the share of games won, drawn and lost by the sign of the model's return; ``chips`` the
 mean and standard deviation of the model's return per game, in the unit PettingZoo's rewards are in (RLCard's
 payoffs: the limit games divide chips by the big blind, no-limit pays chips); ``score`` the mean of the
-shared return of a cooperative game. A game not in the table gets :data:`DEFAULT_LADDER` (a random legal
-player, win rates). A ladder's ``measures`` grade the player without an opponent: Connect Four's
-``perfect_play`` is its mistake rate on Pascal Pons' six test sets
-(:func:`~torchrl_mask.games.perfect_play.mistake_rates`, 6,000 positions, one batched ``predict`` each set for a
-model). Connect Four's ``solver`` opponent (:func:`~torchrl_mask.games.solver.solver_player`) needs the optional
-``bitbully`` (AGPL: ``pip install 'torchrl-mask[solver]'``); without it the ladder says so in ``missing``.
+shared return of a cooperative game. A game without a record of its own has a random legal player, win rates.
 
 Example:
-    >>> sorted(ladder("pettingzoo:tictactoe_v3").opponents), list(ladder("connect_four_v3").measures)
+    >>> sorted(ladder("tictactoe_v3").opponents), list(ladder("connect_four_v3").measures)
     (['heuristic', 'perfect', 'random'], ['perfect_play'])
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from torchrl_mask.games.perfect_play import mistake_rates
 from torchrl_mask.games.players import Player, leduc_rule_v2, one_ply_heuristic, random_legal
+from torchrl_mask.games.profile import game_profile, profiles
 from torchrl_mask.games.search import negamax, perfect_tictactoe
-from torchrl_mask.games.solver import INSTALL, SolverPlayer, solver_available
+from torchrl_mask.games.solver import INSTALL, solver_available, solver_player
 
-__all__ = ["DEFAULT_LADDER", "LADDERS", "SELF", "Ladder", "ladder"]
+__all__ = ["MEASURES", "PLAYERS", "SELF", "SOLVER", "Ladder", "known_opponents", "ladder", "player"]
 
 SELF = "self"  # the opponent name for the evaluated player in every other seat too (cooperative games)
 
-_NO_HEURISTIC = (
-    "no opponent beyond random fits {game}: the one-ply heuristic, negamax and minimax are defined for "
-    "tic-tac-toe and Connect Four boards only"
-)
+#: The fixed players a ladder may name; ``negamax_<depth>`` names Connect Four's negamax of any depth too.
+PLAYERS: dict[str, Player] = {
+    "random": random_legal,
+    "heuristic": one_ply_heuristic,
+    "perfect": perfect_tictactoe,
+    "rule_v2": leduc_rule_v2,
+}
+_NEGAMAX = re.compile(r"negamax_([1-9]\d?)")
+SOLVER = "solver"  # Connect Four's perfect player, where the optional bitbully is installed
+_NO_SOLVER = f"the perfect Connect Four player needs the BitBully solver (AGPL, optional): {INSTALL}"
+#: What a record's ``measures`` may name: a function ``(player, seed=) -> dict`` of the evaluated player alone.
+MEASURES: dict[str, Callable[..., dict[str, Any]]] = {"perfect_play": mistake_rates}
 
 
 @dataclass(frozen=True)
@@ -77,58 +76,44 @@ class Ladder:
     measures: dict[str, Callable[..., dict[str, Any]]] = field(default_factory=dict)
 
 
-def _random_only(game: str, metric: str = "win_rate", unit: str = "result (+1 win, 0 draw, -1 loss)") -> Ladder:
-    reason = _NO_HEURISTIC.format(game=game)
-    return Ladder(metric, {"random": random_legal}, unit, reason, {"heuristic": reason})
+def player(name: str) -> Player | None:
+    """The fixed player a ladder names: one of :data:`PLAYERS`, ``negamax_<depth>``, :data:`SOLVER`, or None for
+    :data:`SELF`.
 
-
-def _connect_four() -> Ladder:
-    """Connect Four's ladder: the perfect solver last where bitbully is installed, and the mistake rates."""
-    opponents: dict[str, Player | None] = {
-        "random": random_legal,
-        "heuristic": one_ply_heuristic,
-        "negamax_2": negamax(2),
-    }
-    missing = {}
-    if solver_available():
-        opponents["solver"] = SolverPlayer()
-    else:
-        missing["solver"] = f"the perfect Connect Four player needs the BitBully solver (AGPL, optional): {INSTALL}"
-    return Ladder("win_rate", opponents, missing=missing, measures={"perfect_play": mistake_rates})
-
-
-LADDERS: dict[str, Ladder] = {
-    "tictactoe_v3": Ladder(
-        "win_rate", {"random": random_legal, "heuristic": one_ply_heuristic, "perfect": perfect_tictactoe}
-    ),
-    "connect_four_v3": _connect_four(),
-    "leduc_holdem_v4": Ladder(
-        "chips",
-        {"random": random_legal, "rule_v2": leduc_rule_v2},
-        "big blinds",
-        missing={"heuristic": _NO_HEURISTIC.format(game="leduc_holdem_v4")},
-    ),
-    "texas_holdem_v4": _random_only("texas_holdem_v4", "chips", "big blinds"),
-    "texas_holdem_no_limit_v6": _random_only("texas_holdem_no_limit_v6", "chips", "chips (big blind 2)"),
-    "chess_v6": _random_only("chess_v6"),
-    "go_v5": _random_only("go_v5"),
-    "hanabi_v5": Ladder(
-        "score",
-        {"random": random_legal, SELF: None},
-        "fireworks score (0 when the lives run out)",
-        "cooperative: 'random' is a random legal partner, 'self' the model in every seat",
-        {"heuristic": _NO_HEURISTIC.format(game="hanabi_v5")},
-    ),
-}
-DEFAULT_LADDER = Ladder(
-    "win_rate", {"random": random_legal}, note="a game without a ladder of its own: a random legal player only"
-)
-
-
-def ladder(game: str) -> Ladder:
-    """The ladder of a game.
-
-    :param game: the game's name, optionally prefixed ``"pettingzoo:"``.
-    :return: its entry of :data:`LADDERS`, or :data:`DEFAULT_LADDER`.
+    :param name: the player's name.
+    :return: the player.
+    :raises ValueError: a name no ladder can hold.
+    :raises ImportError: :data:`SOLVER` without bitbully installed (the message says how to install it).
     """
-    return LADDERS.get(game.removeprefix("pettingzoo:"), DEFAULT_LADDER)
+    if name == SELF:
+        return None
+    if name in PLAYERS:
+        return PLAYERS[name]
+    if name == SOLVER:
+        return solver_player()
+    match = _NEGAMAX.fullmatch(name)
+    if match is None:
+        raise ValueError(
+            f"{name!r} is not a fixed player; use one of {', '.join(PLAYERS)}, negamax_<depth>, {SOLVER} or self."
+        )
+    return negamax(int(match.group(1)))
+
+
+@cache
+def ladder(game: str) -> Ladder:
+    """The ladder of a game, as its record (:func:`~torchrl_mask.games.profile.game_profile`) names it.
+
+    :param game: the game's name (``"connect_four_v3"``).
+    :return: its ladder; a game without a record of its own has a random legal player only. The solver is left
+        out, and said missing, where bitbully is not installed.
+    """
+    profile = game_profile(game)
+    absent = {SOLVER: _NO_SOLVER} if SOLVER in profile.opponents and not solver_available() else {}
+    opponents = {name: player(name) for name in profile.opponents if name not in absent}
+    measures = {name: MEASURES[name] for name in profile.measures}
+    return Ladder(profile.metric, opponents, profile.unit, profile.note, {**profile.missing, **absent}, measures)
+
+
+def known_opponents() -> set[str]:
+    """Every opponent name some game's ladder holds."""
+    return {name for profile in profiles().values() for name in profile.opponents}

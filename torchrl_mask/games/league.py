@@ -80,8 +80,10 @@ class League(nn.Module):
         if fixed_share is not None and not 0 <= fixed_share <= 1:
             raise ValueError(f"League(fixed_share={fixed_share}): give the fixed players' share of games in [0, 1].")
         if not 0 <= self_share < 1:
-            raise ValueError(f"League(self_share={self_share}): give the share of games against itself in [0, 1) "
-                             "(the rest go to the other opponents; pure self-play needs no league).")  # fmt: skip
+            raise ValueError(
+                f"League(self_share={self_share}): give the share of games against itself in [0, 1) "
+                "(the rest go to the other opponents; pure self-play needs no league)."
+            )
         super().__init__()
         self.n_snapshots = n_snapshots
         self.fixed = fixed

@@ -85,8 +85,15 @@ def seat_transitions(
     is_done[np.flatnonzero(np.diff(group, append=-1))] = True  # a seat's trajectory ends in this batch: cut
     game_start = np.zeros_like(terminal)
     game_start[1:] = terminal[:-1] & (group[1:] == group[:-1])
-    columns = {"row": env, "t": t, "reward": reward, "next_value": next_value, "done": is_done, "terminal": terminal,
-               GAME_START: game_start}  # fmt: skip
+    columns = {
+        "row": env,
+        "t": t,
+        "reward": reward,
+        "next_value": next_value,
+        "done": is_done,
+        "terminal": terminal,
+        GAME_START: game_start,
+    }
     episodes = {int(i): (float(returns[i]), int(length[i])) for i in np.flatnonzero(terminal)}
     return _gather(batch, columns, episodes, carried or {})
 

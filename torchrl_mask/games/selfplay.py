@@ -14,7 +14,7 @@ perfect player, Connect Four's negamax), drawn by what the learner does not beat
 only the learner's moves train. A snapshot of the learner's weights replaces the oldest every ``snapshot_every``
 rollouts.
 
-Symmetries: ``SelfPlayPolicy(policy, symmetries=GAME_SYMMETRIES[game])`` (:mod:`torchrl_mask.games.symmetry`)
+Symmetries: ``SelfPlayPolicy(policy, symmetries=game_symmetries(game))`` (:mod:`torchrl_mask.games.symmetry`)
 has the reader add each learner move's images under the game's symmetries (Connect Four's mirror) to the rollout,
 after the moves played; ``num_timesteps`` counts the moves played. With ``images="random"``, each move is trained
 on as one of its images drawn at random instead (itself among them), and the rollout keeps its size.
@@ -129,11 +129,15 @@ class SelfPlayPolicy(TensorDictModuleBase):
                 "and snapshot_every >= 1."
             )
         if self_share and not pool_size and not fixed:
-            raise ValueError(f"self_share={self_share} without a pool or fixed players: pure self-play (pool_size=0) "
-                             "already plays every game against itself; give self_share=0.")  # fmt: skip
+            raise ValueError(
+                f"self_share={self_share} without a pool or fixed players: pure self-play (pool_size=0) "
+                "already plays every game against itself; give self_share=0."
+            )
         if images not in ("all", "random") or (images == "random" and not symmetries):
-            raise ValueError(f"images={images!r} with {len(symmetries)} symmetries: use 'all' or 'random', and "
-                             "'random' only with a game's symmetries (it draws among a move's images).")  # fmt: skip
+            raise ValueError(
+                f"images={images!r} with {len(symmetries)} symmetries: use 'all' or 'random', and "
+                "'random' only with a game's symmetries (it draws among a move's images)."
+            )
         super().__init__()
         try:
             self.learner = self._module_type(policy)
@@ -330,8 +334,9 @@ class SelfPlayRollout(CollectorRollout):
 
     def _transitions(self, batch: TensorDictBase) -> TensorDictBase:
         """The learner's transitions in a batch, seat by seat (:func:`seat_transitions`), ``(N,)``."""
-        return seat_transitions(batch, self._last_values(batch), self.players.learner_moves(batch),
-                                self._carried(batch))  # fmt: skip
+        return seat_transitions(
+            batch, self._last_values(batch), self.players.learner_moves(batch), self._carried(batch)
+        )
 
     def _carried(self, batch: TensorDictBase) -> dict[NestedKey, torch.Tensor]:
         """Entries of each move kept beside the step's own (:func:`seat_transitions`' ``carried``): the opponent,

@@ -8,18 +8,19 @@ images of each Go position so.
 
 A :class:`Symmetry` maps a seat's view, channels-last planes ``(..., H, W, C)`` (PettingZoo's boards), and the
 action indices with it. :func:`board_symmetries` builds a board's group (Connect Four's mirror, a square board's
-eight) and :data:`GAME_SYMMETRIES` names each game's. :func:`image_moves` images the learner's moves, which
-:class:`~torchrl_mask.games.selfplay.SelfPlayRollout` adds to the rollout beside the moves played;
+eight) and :func:`game_symmetries` gives each game's, as its record names them. :func:`image_moves` images the
+learner's moves, which :class:`~torchrl_mask.games.selfplay.SelfPlayRollout` adds to the rollout beside the moves
+played;
 :func:`random_images` puts each move in one of its images instead, drawn at random (the move itself among them),
 as KataGo draws one symmetry for each training position: the rollout keeps its size, and the images are met
 across rollouts rather than all at once.
 
 Example:
     >>> import torch
-    >>> (mirror,) = GAME_SYMMETRIES["connect_four_v3"]
+    >>> (mirror,) = game_symmetries("connect_four_v3")
     >>> mirror.name, mirror.actions(torch.tensor([0, 3, 6])).tolist()
     ('mirror', [6, 3, 0])
-    >>> [symmetry.name for symmetry in GAME_SYMMETRIES["tictactoe_v3"]]
+    >>> [symmetry.name for symmetry in game_symmetries("tictactoe_v3")]
     ['rotate_90', 'rotate_180', 'rotate_270', 'mirror', 'flip', 'transpose', 'anti_transpose']
 """
 
@@ -27,14 +28,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 
 import torch
 from tensordict import TensorDictBase
 
+from torchrl_mask.games.profile import game_profile
 from torchrl_mask.rollout import storage as st
 
-__all__ = ["GAME_SYMMETRIES", "Symmetry", "board_symmetries", "game_symmetries", "image_moves", "random_images"]
+__all__ = ["Symmetry", "board_symmetries", "game_symmetries", "image_moves", "random_images"]
 
 Planes = Callable[[torch.Tensor], torch.Tensor]
 
@@ -116,21 +118,16 @@ def board_symmetries(height: int, width: int, actions: str) -> tuple[Symmetry, .
     return tuple(symmetries)
 
 
-#: Each board game's symmetries: what ``torchrl-mask train --env pettingzoo:<game>`` trains on by default
-#: (``--no-symmetries`` to turn them off).
-GAME_SYMMETRIES: dict[str, tuple[Symmetry, ...]] = {
-    "connect_four_v3": board_symmetries(6, 7, "columns"),
-    "tictactoe_v3": board_symmetries(3, 3, "cells"),
-}
-
-
+@cache
 def game_symmetries(game: str) -> tuple[Symmetry, ...]:
-    """A game's symmetries (:data:`GAME_SYMMETRIES`); none for a game without any listed.
+    """A game's symmetries, as its record names them (``symmetries:`` in
+    :mod:`torchrl_mask.games.profile`'s ``profiles.yml``); none for a game without any.
 
     :param game: a PettingZoo classic game (``"connect_four_v3"``).
     :return: the symmetries, possibly none.
     """
-    return GAME_SYMMETRIES.get(game, ())
+    board = game_profile(game).symmetries
+    return () if board is None else board_symmetries(*board)
 
 
 #: The entries of a move that its image changes (:func:`image_moves`); the rest are the played move's.
@@ -146,7 +143,7 @@ def image_moves(moves: TensorDictBase, symmetry: Symmetry) -> TensorDictBase:
     which is exact for a policy that treats the images alike, and PPO's clipped ratio pulls the policy that way.
     Its own log-probability under the playing policy would not do: early on, a policy may give the image of its
     move almost no probability, and the ratio's unclipped side (a move worse than expected) then grows without
-    bound, and the network's weights can turn NaN (measured for Connect Four in docs/benchmarks.md, "Each move and
+    bound, and the network's weights can turn NaN (measured for Connect Four in docs/experiments.md, "Each move and
     its mirror image").
 
     :param moves: ``(*B,)`` moves with ``"observation"`` ``(*B, H, W, C)``, ``"action_mask"`` ``(*B, n_actions)``
@@ -169,7 +166,7 @@ def random_images(moves: TensorDictBase, symmetries: Sequence[Symmetry]) -> Tens
     action imaged, its log-probability, value, reward and done the played move's.
 
     :param moves: ``(N,)`` moves, as :func:`image_moves` takes them.
-    :param symmetries: the game's symmetries, the identity left out (:data:`GAME_SYMMETRIES`).
+    :param symmetries: the game's symmetries, the identity left out (:func:`game_symmetries`).
     :return: new ``(N,)`` moves, in the same order: each the move played or one of its images.
     """
     drawn = torch.randint(len(symmetries) + 1, moves.batch_size)  # 0: the move as played

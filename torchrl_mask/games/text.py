@@ -76,8 +76,11 @@ def seat_text(game: Any, agent: str) -> str:
 
 def _tictactoe(game: Any, agent: str) -> str:
     lines = board_text(_board(game, agent), _marks(game, agent)).splitlines()
-    cells = [mark if mark != "." else str(3 * row + col) for row, line in enumerate(lines)
-             for col, mark in enumerate(line.split())]  # fmt: skip
+    cells = [
+        mark if mark != "." else str(3 * row + col)
+        for row, line in enumerate(lines)
+        for col, mark in enumerate(line.split())
+    ]
     return "\n".join(" ".join(cells[row * 3 : row * 3 + 3]) for row in range(3))
 
 
@@ -200,6 +203,6 @@ def read_move(game: Any, agent: str, text: str) -> int:
     by_name = {name.lower(): action for action, name in names.items()}
     if typed in by_name:
         return by_name[typed]
-    if _name(game) != "connect_four_v3" and typed.isdigit() and int(typed) in names:  # the index itself
+    if _name(game) != "connect_four_v3" and typed.isdecimal() and int(typed) in names:  # the index itself
         return int(typed)
     raise ValueError(f"{text.strip()!r} is not a legal move; legal: {legal_text(list(names.values()))}")

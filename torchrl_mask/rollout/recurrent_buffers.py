@@ -298,8 +298,10 @@ class MaskableRecurrentRolloutBuffer(RecurrentRolloutBuffer):
         if sequence_starts is not None:
             starts = np.asarray(to_numpy(torch.as_tensor(sequence_starts)), dtype=bool)
             if starts.size != cuts.size:
-                raise ValueError(f"sequence_starts has shape {starts.shape}; give one flag per step, (n_envs="
-                                 f"{self.n_envs}, buffer_size={self.buffer_size}).")  # fmt: skip
+                raise ValueError(
+                    f"sequence_starts has shape {starts.shape}; give one flag per step, (n_envs="
+                    f"{self.n_envs}, buffer_size={self.buffer_size})."
+                )
             cuts = cuts | starts.reshape(cuts.shape)
         self._rollout.write_batch(batch, check_masks=True, check_values=True, **keys)
         self._sequence_cuts = cuts

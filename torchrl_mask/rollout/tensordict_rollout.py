@@ -47,9 +47,18 @@ __all__ = ["TensorDictRollout"]
 
 # The leaves besides the observation, and the order add() writes a step in after the observation leaves.
 _LEAVES = (
-    st.ACTION, st.ACTION_MASK, st.IS_INIT, st.VALUE, st.LOG_PROB, st.NEXT_REWARD,
-    st.NEXT_VALUE, st.NEXT_DONE, st.NEXT_TERMINATED, st.ADVANTAGE, st.VALUE_TARGET,
-)  # fmt: skip
+    st.ACTION,
+    st.ACTION_MASK,
+    st.IS_INIT,
+    st.VALUE,
+    st.LOG_PROB,
+    st.NEXT_REWARD,
+    st.NEXT_VALUE,
+    st.NEXT_DONE,
+    st.NEXT_TERMINATED,
+    st.ADVANTAGE,
+    st.VALUE_TARGET,
+)
 _STEP_FIELDS = (st.ACTION, st.NEXT_REWARD, st.IS_INIT, st.VALUE, st.LOG_PROB, st.ACTION_MASK)
 _PER_ENV = (st.NEXT_REWARD, st.IS_INIT, st.VALUE)  # (n_envs, T, 1) leaves SB3 passes as (n_envs,)
 # The (n_envs, T, 1) leaves bootstrap() reads or writes on the host, in host_bootstrap's order.

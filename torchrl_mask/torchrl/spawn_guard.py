@@ -15,6 +15,8 @@ from typing import Any
 
 from torchrl.collectors import BaseCollector
 
+from torchrl_mask.torchrl.weight_sync import shutdown_weight_sync
+
 __all__ = ["outward_frames", "refuse_unguarded_spawn"]
 
 
@@ -38,9 +40,7 @@ def refuse_unguarded_spawn() -> None:
                 return
             starting = [f.f_locals.get("self") for f in frames]  # the collector whose __init__ starts them
             for collector in [owner for owner in starting if isinstance(owner, BaseCollector)][:1]:
-                from torchrl_mask.torchrl.workers import _shutdown_weight_sync  # workers imports this module
-
-                _shutdown_weight_sync(collector)
+                shutdown_weight_sync(collector)
             raise RuntimeError(
                 f"{path}, line {frame.f_lineno}, starts worker processes at the top level of the script. Each "
                 "worker re-imports the script (multiprocessing's spawn start method) and would run this line "

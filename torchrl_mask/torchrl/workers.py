@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 from torchrl.collectors import BaseCollector
 
 from torchrl_mask.torchrl.spawn_guard import outward_frames, refuse_unguarded_spawn
+from torchrl_mask.torchrl.weight_sync import shutdown_weight_sync
 
 __all__ = [
     "CollectorFailed",
@@ -200,7 +201,7 @@ def shutdown(collector: BaseCollector, timeout: float = _SHUTDOWN_SECONDS) -> No
 
     def close() -> None:
         collector.shutdown()
-        _shutdown_weight_sync(collector)
+        shutdown_weight_sync(collector)
 
     thread = threading.Thread(target=close, name="torchrl_mask-shutdown", daemon=True)
     thread.start()
@@ -215,14 +216,6 @@ def shutdown(collector: BaseCollector, timeout: float = _SHUTDOWN_SECONDS) -> No
                 proc.join(_KILL_SECONDS)  # SIGKILL cannot be ignored: wait until it is reaped, not a guess
         except ValueError:  # TorchRL's shutdown joined and closed this process object meanwhile: it is gone
             continue
-
-
-def _shutdown_weight_sync(collector: BaseCollector) -> None:
-    """Shut the collector's weight-sync schemes down now. Left to their ``__del__`` at interpreter exit, they
-    put a "stop" on a multiprocessing queue, whose feeder thread cannot start any more: the exit hangs."""
-    for scheme in list((getattr(collector, "_weight_sync_schemes", None) or {}).values()):
-        with contextlib.suppress(Exception):
-            scheme.shutdown()
 
 
 # ------------------------------------------------------------------------------- the learner dies
