@@ -130,3 +130,16 @@ def test_an_illegal_move_on_numpy_boards_names_the_mover_and_plays_nothing() -> 
     with pytest.raises(ValueError, match=r"Illegal move 0 by player_0 \(legal: \[1, 2, 3, 4, 5, 6\]\) in game 0"):
         env.step(td)
     assert np.array_equal(env.boards.cells, before)
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_the_games_a_view_shows_are_the_games_that_showed_it(game: str) -> None:
+    games, rng = BoardGames(game, 64), np.random.default_rng(0)
+    games.reset(np.arange(64))
+    for _ in range(5):  # five random moves in each game (none ends before the fifth)
+        games.step(np.array([rng.choice(np.flatnonzero(mask)) for mask in games.legal()]))
+        again = BoardGames.from_views(game, games.views()[0])
+        assert (again.cells == games.cells).all() and (again.mover == games.mover).all()
+        twin = again.copy()
+        twin.step(np.zeros(64, np.int64) + np.argmax(twin.legal(), axis=1))
+        assert (again.cells == games.cells).all()  # a copy plays without touching the original

@@ -15,10 +15,16 @@
 - ``network``: ``BoardCNN``, a convolutional features extractor for channels-last boards (any MaskablePPO);
 - ``players``: fixed players, functions ``(observation, mask, rng) -> action`` (rlcard's Leduc rule agent too);
 - ``search``: players that search the game tree (perfect tic-tac-toe, Connect Four's ``negamax(depth)``);
+- ``solver``: the perfect Connect Four player, where the optional ``bitbully`` solver is installed;
+- ``mcts``: a trained model that searches when it plays (PUCT over its priors and values), Connect Four and
+  tic-tac-toe;
 - ``seat_env``: ``SeatEnv``, one seat of a game as a gymnasium env against a fixed player;
 - ``ladder``: which opponents and which metric each game's evaluation has;
-- ``evaluation``: one loop over PettingZoo's AEC API for any players, a model against its game's ladder (during and
-  after training);
+- ``arena``: one loop over PettingZoo's AEC API for any players, many games side by side;
+- ``evaluation``: a trained model as a player, against its game's ladder (during and after training);
+- ``pons_sets``, ``perfect_play``: Pascal Pons' Connect Four test positions with every move's exact value (shipped
+  data, never trained on), and a player's mistake rates on them;
+- ``exploitability``: a Leduc hold'em policy's exploitability in OpenSpiel's ``leduc_poker``;
 - ``text``: a seat's view as text and its moves by name (what ``torchrl-mask play`` shows and reads).
 
 May import: :mod:`torchrl_mask.rollout`, :mod:`torchrl_mask.distributions`, :mod:`torchrl_mask.torchrl`,

@@ -69,6 +69,32 @@ class BoardGames:
         )
         self._rows = np.arange(n)
 
+    @classmethod
+    def from_views(cls, game: str, views: np.ndarray) -> BoardGames:
+        """The games whose movers see ``views``: the position each view shows, its mover to move.
+
+        A view tells its mover's seat: the first seat moves when both seats have played as many pieces, the second
+        when the opponent has one more (both games alternate from the first seat).
+
+        :param game: ``"connect_four_v3"`` or ``"tictactoe_v3"``.
+        :param views: int8 ``(n, height, width, 2)``, the movers' views (plane 0 the mover's pieces).
+        :return: ``n`` games in those positions.
+        """
+        views = np.asarray(views)
+        games = cls(game, len(views))
+        mine, theirs = views[..., 0] != 0, views[..., 1] != 0
+        games.mover[:] = mine.sum((1, 2)) != theirs.sum((1, 2))
+        own = (games.mover + 1).astype(np.int8)[:, None, None]
+        games.cells[:, :-1] = np.where(mine, own, np.where(theirs, 3 - own, 0)).reshape(len(views), -1)
+        return games
+
+    def copy(self) -> BoardGames:
+        """The same games in the same positions, their arrays copied (a search explores one without the other)."""
+        twin = object.__new__(BoardGames)
+        twin.__dict__.update(self.__dict__)
+        twin.cells, twin.mover = self.cells.copy(), self.mover.copy()
+        return twin
+
     @property
     def board(self) -> np.ndarray:
         """The boards' cells, int8 ``(n, height, width)``: 0 empty, 1 and 2 the seats' pieces (a view)."""

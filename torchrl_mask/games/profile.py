@@ -9,7 +9,7 @@ not in the file gets its ``default`` record. Nothing heavy is imported.
 Example:
     >>> profile = game_profile("connect_four_v3")
     >>> profile.hyperparams["n_envs"], profile.league_players, profile.opponents
-    (256, ('heuristic', 'negamax_2', 'random'), ('random', 'heuristic', 'negamax_2'))
+    (256, ('heuristic', 'negamax_2', 'random'), ('random', 'heuristic', 'negamax_2', 'solver'))
     >>> game_profile("some_new_game_v0").name
     'default'
 """
@@ -63,6 +63,8 @@ class GameProfile:
     :param opponents: the ladder's opponent names, weakest first (``"self"``: the model in every other seat).
     :param note: what the ladder lacks and why (empty when nothing is missing).
     :param missing: opponent name -> why it does not fit this game (asked for by name, the evaluation says so).
+    :param measures: what the evaluation measures of the model alone, by name
+        (:data:`~torchrl_mask.games.ladder.MEASURES`: Connect Four's ``perfect_play``).
     :param symmetries: ``(height, width, actions)`` of a board whose symmetries it trains on; None: none.
     """
 
@@ -79,6 +81,7 @@ class GameProfile:
     opponents: tuple[str, ...] = ("random",)
     note: str = ""
     missing: dict[str, str] = field(default_factory=dict)
+    measures: tuple[str, ...] = ()
     symmetries: tuple[int, int, str] | None = None
 
     @property
@@ -109,6 +112,7 @@ def _profile(name: str, entry: dict[str, Any]) -> GameProfile:
         opponents=opponents,
         note=note,
         missing=missing,
+        measures=tuple(ladder.get("measures", ())),
         symmetries=None if board is None else (*board["board"], board["actions"]),
     )
 
