@@ -408,3 +408,19 @@ def test_the_curves_top_axis_gives_the_moves_at_each_time_and_labels_them_withou
         assert moves_axis(ax, curve[:1]) is None
     finally:
         plt.close(fig)
+
+
+def test_the_solver_as_a_league_player_is_refused_in_one_line_where_its_package_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Where bitbully is not installed the ladder leaves the solver out and says why; train says the same, in one line
+    # before anything is built (it was a KeyError in the collector).
+    from torchrl_mask.games import ladder as ladders
+
+    monkeypatch.setattr(ladders, "solver_available", lambda: False)
+    ladders.ladder.cache_clear()
+    try:
+        with pytest.raises(UsageError, match=r"--league-players solver: the perfect Connect Four player needs"):
+            _config("--env", "pettingzoo:connect_four_v3", "--league-players", "solver")
+    finally:
+        ladders.ladder.cache_clear()

@@ -365,9 +365,16 @@ def _selfplay(profile: GameProfile, algo: str, given: dict[str, Any]) -> SelfPla
 
 
 def _check_players(profile: GameProfile, players: tuple[str, ...]) -> None:
-    """Refuse ``--league-players`` that are not fixed players of the game's ladder, or one named twice."""
-    known = sorted(name for name in profile.opponents if name != "self")
+    """Refuse ``--league-players`` that are not fixed players of the game's ladder (as this machine has it: the
+    solver needs its optional package), or one named twice."""
+    from torchrl_mask.games.ladder import ladder  # numpy and the players; no torch
+
+    board = ladder(profile.name)
+    known = sorted(name for name, player in board.opponents.items() if player is not None)
     unknown = [name for name in players if name not in known]
+    for name in unknown:
+        if name in board.missing:
+            raise UsageError(f"--league-players {name}: {board.missing[name]}.")
     if unknown or len(set(players)) != len(players):
         problem = f"{', '.join(unknown)} not in {profile.name}'s ladder" if unknown else "a player named twice"
         raise UsageError(
