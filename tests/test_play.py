@@ -199,3 +199,20 @@ def test_ctrl_c_while_play_starts_up_is_one_line(models: dict[str, Path]) -> Non
     stderr = play.communicate(timeout=120)[1].decode()
     assert play.returncode == 130, stderr
     assert "Traceback" not in stderr and stderr.strip().count("\n") == 0, stderr
+
+
+@pytest.mark.slow
+def test_the_model_searches_before_its_moves_with_simulations_and_the_game_plays_out(models: dict[str, Path]) -> None:
+    # MCTS over the untrained network's priors and value: a whole Connect Four game, the model's moves all legal
+    child = _spawn("--env", "pettingzoo:connect_four_v3", "-i", str(models["connect_four_v3"]), "--seat", "first",
+                   "--simulations", "50")  # fmt: skip
+    assert re.fullmatch(RESULT, _play_out(child))
+
+
+@pytest.mark.slow
+def test_simulations_for_a_game_the_search_cannot_copy_are_refused_in_one_line(models: dict[str, Path]) -> None:
+    run = subprocess.run([sys.executable, "-m", "torchrl_mask", "play", "--env", "pettingzoo:leduc_holdem_v4", "-i",
+                          str(models["leduc_holdem_v4"]), "--simulations", "10"], capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    assert run.returncode == 2 and run.stdout == ""
+    assert len(run.stderr.splitlines()) == 1 and "--simulations 10: the search plays" in run.stderr, run.stderr

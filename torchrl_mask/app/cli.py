@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from torchrl_mask.app.arg_types import HelpFormatter, Parser, seed
+from torchrl_mask.app.arg_types import HelpFormatter, Parser, non_negative_int, seed
 from torchrl_mask.app.hyperparams import UsageError
 from torchrl_mask.app.train_args import add_train_arguments, config_from_args
 from torchrl_mask.app.tune_args import add_tune_parser, tune_config
@@ -55,6 +55,14 @@ def _add_play(commands: Any) -> None:
     play.add_argument("-i", "--trained-agent", type=Path, required=True, metavar="PATH", help="the model.zip")
     play.add_argument("--seat", choices=("first", "second", "random"), default="random", help="your seat")
     play.add_argument("--seed", type=seed, default=0, help="seed of the game (cards dealt) and of a random seat")
+    play.add_argument(
+        "--simulations",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="the model searches N simulations before each move (MCTS with PUCT over its masked policy and its "
+        "value; tic-tac-toe and Connect Four): more plays stronger and slower; 0 plays the network alone",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,7 +104,7 @@ def _run_train(args: argparse.Namespace) -> int:
 def _run_play(args: argparse.Namespace) -> int:
     from torchrl_mask.app import play  # it checks the env and the file before it imports torch
 
-    return play.play(play.PlayConfig(args.env, args.trained_agent, args.seat, args.seed))
+    return play.play(play.PlayConfig(args.env, args.trained_agent, args.seat, args.seed, args.simulations))
 
 
 def _run_tune(args: argparse.Namespace) -> int:

@@ -41,12 +41,15 @@ class PlayConfig:
     :param model_path: the saved model (``model.zip`` of a self-play run).
     :param seat: the person's seat: ``"first"``, ``"second"`` or ``"random"`` (drawn with ``seed``).
     :param seed: seeds the game (the cards dealt) and the random seat.
+    :param simulations: the model searches this many simulations before each move
+        (:func:`~torchrl_mask.games.mcts.mcts_player`: tic-tac-toe and Connect Four); 0 plays the network alone.
     """
 
     env_id: str
     model_path: Path
     seat: Literal["first", "second", "random"] = "random"
     seed: int = 0
+    simulations: int = 0
 
 
 def check_model_file(path: Path) -> Path:
@@ -140,12 +143,31 @@ def _result(game_name: str, reward: float) -> str:
     return "You won." if reward > 0 else "The model won." if reward < 0 else "A draw."
 
 
-def _game_loop(config: PlayConfig, game: Any, model: Any, read: Callable[[str], str], out: TextIO) -> float:
-    """One game on the AEC loop; the person's total reward."""
+def _player(config: PlayConfig, model: Any) -> Any:
+    """The model as a player: searching ``config.simulations`` before each move, or the network alone (an LSTM
+    model carrying its state over its moves of the game)."""
+    from torchrl_mask.games.boards import BOARD_GAMES
     from torchrl_mask.games.evaluation import model_player, seated
+    from torchrl_mask.games.mcts import mcts_player
+
+    if not config.simulations:
+        return seated(model_player(model))
+    game = env_kind(config.env_id).name
+    if game not in BOARD_GAMES:
+        raise UsageError(
+            f"--simulations {config.simulations}: the search plays {' and '.join(sorted(BOARD_GAMES))}, whose boards "
+            f"it copies; {game} is played by the network alone (leave --simulations out)."
+        )
+    try:
+        return mcts_player(model, config.simulations)
+    except ValueError as err:
+        raise UsageError(f"--simulations {config.simulations}: {err}") from None
+
+
+def _game_loop(config: PlayConfig, game: Any, player: Any, read: Callable[[str], str], out: TextIO) -> float:
+    """One game on the AEC loop, the model as ``player``; the person's total reward."""
     from torchrl_mask.games.text import seat_text, view_text
 
-    player = seated(model_player(model))  # an LSTM model carries its state over its moves of the game
     seats = list(game.possible_agents)
     human = _human_seat(config, seats)
     out.write(f"You play {seat_text(game, human)}.\n")
@@ -171,7 +193,7 @@ def play(config: PlayConfig, read: Callable[[str], str] = input, out: TextIO = s
     :param out: where the game is written.
     :return: 0 when the game ends or the input ends; 130 after Ctrl-C.
     :raises UsageError: an env that is not ``pettingzoo:<game>``, an unknown game, a missing or unreadable model,
-        or a model of another game.
+        a model of another game, or ``simulations`` for a game or a model the search cannot play.
     """
     kind = env_kind(config.env_id)
     if not kind.is_game:
@@ -183,10 +205,10 @@ def play(config: PlayConfig, read: Callable[[str], str] = input, out: TextIO = s
         game = make_game(kind.name)
     except (ImportError, ValueError) as err:
         raise UsageError(f"--env {config.env_id}: {err}") from None
-    model = _load(config, game)
+    player = _player(config, _load(config, game))
     game.reset(seed=config.seed)
     try:
-        reward = _game_loop(config, game, model, read, out)
+        reward = _game_loop(config, game, player, read, out)
     except EOFError:
         out.write("\nInput ended; the game is left unfinished.\n")
         return 0
