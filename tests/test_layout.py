@@ -27,8 +27,9 @@ ALLOWED = {
     "torchrl": {"torchrl", "fastpath", "rollout", "distributions"},
     "algorithms": {"algorithms", "torchrl", "fastpath", "rollout", "distributions"},
     "games": {"games", "algorithms", "torchrl", "fastpath", "rollout", "distributions"},
+    "scheduling": {"scheduling", "algorithms", "torchrl", "fastpath", "rollout", "distributions"},
     "app": {"app", "games", "algorithms", "torchrl", "fastpath", "rollout", "distributions", "_compat"},
-    "bench": {"bench", "app", "games", "algorithms", "torchrl", "fastpath", "rollout", "distributions"},
+    "bench": {"bench", "app", "games", "scheduling", "algorithms", "torchrl", "fastpath", "rollout", "distributions"},
 }
 # The one import across the rule: `torchrl-mask bench` runs the harness, imported when that command runs.
 EXCEPTIONS = {("torchrl_mask.app.cli", "bench")}
