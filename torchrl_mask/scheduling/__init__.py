@@ -5,6 +5,8 @@
 - ``observation``: what the policy sees, one row of features per job, and the makespan's lower bound (the reward);
 - ``env``: ``JobShopEnv``, one dispatch per step through job-shop-lib's ``Dispatcher``, its legality as the mask;
   ``make_env``;
+- ``network``: ``JobScorerPolicy``, MaskablePPO's policy that scores every job with one shared network, as a
+  dispatching rule does;
 - ``evaluation``: a model's schedule against the best-known makespan, job-shop-lib's dispatching rules and OR-Tools'
   CP-SAT, with job-shop-lib's validity checks;
 - ``gantt``: job-shop-lib's Gantt chart of a schedule;
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from torchrl_mask.scheduling.evaluation import cp_sat_makespan, evaluate, rule_makespans, schedule_is_valid
     from torchrl_mask.scheduling.gantt import plot_gantt
     from torchrl_mask.scheduling.instances import InstanceSpec, benchmark_names, check_instance
+    from torchrl_mask.scheduling.network import JobScorerPolicy
 
 # Public names load on first use: job-shop-lib is imported only then, after require_job_shop_lib() has said how to
 # install it if it is missing.
@@ -41,6 +44,7 @@ _HOMES = {
     "build_model": "defaults",
     "JobShopEnv": "env",
     "make_env": "env",
+    "JobScorerPolicy": "network",
     "evaluate": "evaluation",
     "rule_makespans": "evaluation",
     "cp_sat_makespan": "evaluation",
@@ -50,6 +54,7 @@ _HOMES = {
 
 __all__ = [
     "InstanceSpec",
+    "JobScorerPolicy",
     "JobShopEnv",
     "benchmark_names",
     "build_model",

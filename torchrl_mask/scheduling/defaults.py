@@ -11,7 +11,7 @@ Example:
     True
     >>> model, n_timesteps = build_model("ft06", seed=0)
     >>> model.n_envs, n_timesteps
-    (8, 200000)
+    (8, 150000)
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import yaml
 if TYPE_CHECKING:
     from torchrl_mask.algorithms.ppo import MaskablePPO
 
-__all__ = ["HYPERPARAMS_FILE", "build_model", "learning_rate", "load_hyperparams", "train_defaults"]
+__all__ = ["HYPERPARAMS_FILE", "build_model", "learning_rate", "load_hyperparams", "policy_class", "train_defaults"]
 
 HYPERPARAMS_FILE = Path(__file__).with_name("hyperparams.yml")
 
@@ -42,7 +42,8 @@ def train_defaults(instance: str) -> dict[str, Any]:
     else ``"default"``.
 
     :param instance: an instance name or ``random:JxM`` spec (not checked here: see ``check_instance``).
-    :return: a fresh copy (``n_timesteps``, ``n_envs``, ``n_steps``, ``batch_size``, ``n_epochs``, ``learning_rate``
+    :return: a fresh copy (``policy`` (``"JobScorerPolicy"``, :mod:`torchrl_mask.scheduling.network`'s, or SB3's
+        ``"MlpPolicy"``), ``n_timesteps``, ``n_envs``, ``n_steps``, ``batch_size``, ``n_epochs``, ``learning_rate``
         (a number or rl-zoo3's ``"lin_<start>"``), ``gamma``, ``gae_lambda``, ``ent_coef``, ``policy_kwargs``),
         to change freely.
     """
@@ -84,4 +85,18 @@ def build_model(instance: str, seed: int = 0, **overrides: Any) -> tuple[Maskabl
     make_env(instance)  # checks the name once, before the envs are made
     venv = make_vec_env(make_env, n_envs=params.pop("n_envs"), seed=seed, env_kwargs={"instance": instance})
     params["learning_rate"] = learning_rate(params["learning_rate"])
-    return MaskablePPO("MlpPolicy", venv, seed=seed, device="cpu", **params), n_timesteps
+    policy = policy_class(params.pop("policy", "MlpPolicy"))
+    return MaskablePPO(policy, venv, seed=seed, device="cpu", **params), n_timesteps
+
+
+def policy_class(name: str) -> Any:
+    """The policy a defaults entry names: ``"JobScorerPolicy"`` is
+    :class:`~torchrl_mask.scheduling.network.JobScorerPolicy`; any other name (``"MlpPolicy"``) is SB3's, passed on.
+
+    :param name: the entry's ``policy``.
+    """
+    if name == "JobScorerPolicy":
+        from torchrl_mask.scheduling.network import JobScorerPolicy
+
+        return JobScorerPolicy
+    return name
