@@ -228,3 +228,18 @@ def test_job_scorer_scores_each_job_from_its_own_row_whatever_its_position(tmp_p
     with torch.no_grad():
         again, _ = loaded.policy.mlp_extractor(loaded.policy.features_extractor(batch))
     assert torch.equal(again, logits)
+
+
+def test_the_env_runs_under_torchrl_with_its_mask_as_the_action_mask_entry() -> None:
+    # masked_gym_env (what TorchRL's collectors step) reads the env's action_masks(); a policy that draws among
+    # the legal jobs finishes the schedule in one episode of jobs x machines steps.
+    env = torchrl_mask.masked_gym_env(make_env("ft06"))
+
+    def legal_policy(td):  # type: ignore[no-untyped-def]
+        td["action"] = torch.multinomial(td["action_mask"].float(), 1).squeeze(-1)
+        return td
+
+    rollout = env.rollout(100, legal_policy, break_when_any_done=True)
+    assert rollout.shape == (36,) and bool(rollout["next", "done"][-1])
+    assert rollout["action_mask"][0].all()  # every job may start at time 0
+    assert float(rollout["next", "episode_reward"][-1]) < 0
