@@ -107,7 +107,8 @@ ENTRIES: list[tuple[str, str, Callable[[], Any], tuple[str, ...], str]] = [
     ),
     # job-shop-lib (the scheduling extra): where its OR-Tools solver makes CP-SAT's solver, to set its workers.
     (
-        "job-shop-lib", "ORToolsSolver", _or_tools_solver, ("_initialize_model",), "scheduling/evaluation.py (CpSatSolver sets num_workers)",
+        "job-shop-lib", "ORToolsSolver", _or_tools_solver, ("_initialize_model",),
+        "scheduling/evaluation.py (CpSatSolver sets num_workers)",
     ),
     (
         "sb3-contrib", "RecurrentRolloutBuffer", lambda: RecurrentRolloutBuffer, ("_get_samples",),
