@@ -10,7 +10,7 @@ $(BIN)/torchrl-mask: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# CPU torch first: with no torch present, installing torchrl pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[dev,tutorials,docs,games,ray,tune,solver]"
+	$(BIN)/pip install -q -e ".[dev,tutorials,docs,games,ray,tune,solver,scheduling]"
 	touch $@
 
 setup: $(BIN)/torchrl-mask

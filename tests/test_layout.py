@@ -29,8 +29,9 @@ ALLOWED = {
     "torchrl": {"torchrl", "fastpath", "rollout", "distributions"},
     "algorithms": {"algorithms", "torchrl", "fastpath", "rollout", "distributions"},
     "games": {"games", "algorithms", "torchrl", "fastpath", "rollout", "distributions"},
+    "scheduling": {"scheduling", "algorithms", "torchrl", "fastpath", "rollout", "distributions"},
     "app": {"app", "games", "algorithms", "torchrl", "fastpath", "rollout", "distributions", "_compat"},
-    "bench": {"bench", "app", "games", "algorithms", "torchrl", "fastpath", "rollout", "distributions"},
+    "bench": {"bench", "app", "games", "scheduling", "algorithms", "torchrl", "fastpath", "rollout", "distributions"},
     "__main__": {"app", "bench"},
 }
 MAX_MODULE_CODE_LINES = 400

@@ -1,5 +1,5 @@
-"""Every private name of torch, SB3, sb3-contrib, TorchRL and tensordict (and CPython) the package relies on, in
-one place: an upgrade that moves one fails here, by name, rather than in a user's run.
+"""Every private name of torch, SB3, sb3-contrib, TorchRL, tensordict and job-shop-lib (and CPython) the package
+relies on, in one place: an upgrade that moves one fails here, by name, rather than in a user's run.
 
 Each entry says where the package uses the name. The version bounds in pyproject.toml are the ones this list
 forces (see the comments there); tensordict has no entry, so the package sets no ceiling of its own on it.
@@ -49,6 +49,12 @@ def _flatten_extractor() -> Any:
     return FlattenExtractor(spaces.Box(0, 1, (3,)))
 
 
+def _or_tools_solver() -> Any:
+    from job_shop_lib.constraint_programming import ORToolsSolver
+
+    return ORToolsSolver
+
+
 def _collector() -> Collector:
     return Collector(taxi_env, None, frames_per_batch=8, total_frames=-1)
 
@@ -84,7 +90,7 @@ ENTRIES: list[tuple[str, str, Callable[[], Any], tuple[str, ...], str]] = [
     ),
     (
         "stable-baselines3", "BasePolicy", lambda: BasePolicy, ("_get_constructor_parameters",),
-        "games/selfplay.py (a snapshot of the policy)",
+        "games/selfplay.py (a snapshot of the policy); scheduling/network.py (JobScorerPolicy saves its width)",
     ),
     # sb3-contrib: the masked policy's distribution hook, the recurrent buffer's sample builder.
     (
@@ -94,6 +100,15 @@ ENTRIES: list[tuple[str, str, Callable[[], Any], tuple[str, ...], str]] = [
     (
         "sb3-contrib", "MaskableActorCriticPolicy", lambda: MaskableActorCriticPolicy, ("_predict",),
         "fastpath/stock.py (stock_predict: the hook predict() calls, swapped for one call)",
+    ),
+    (
+        "sb3-contrib", "MaskableActorCriticPolicy", lambda: MaskableActorCriticPolicy,
+        ("_build", "_build_mlp_extractor"), "scheduling/network.py (JobScorerPolicy: the job scores are the logits)",
+    ),
+    # job-shop-lib (the scheduling extra): where its OR-Tools solver makes CP-SAT's solver, to set its workers.
+    (
+        "job-shop-lib", "ORToolsSolver", _or_tools_solver, ("_initialize_model",),
+        "scheduling/evaluation.py (CpSatSolver sets num_workers)",
     ),
     (
         "sb3-contrib", "RecurrentRolloutBuffer", lambda: RecurrentRolloutBuffer, ("_get_samples",),
