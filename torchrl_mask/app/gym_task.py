@@ -21,10 +21,12 @@ It writes, besides ``model.zip`` (:mod:`torchrl_mask.app.pipeline`):
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 from gymnasium import spaces
 from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
 from stable_baselines3.common.callbacks import BaseCallback
@@ -38,7 +40,7 @@ from torchrl_mask.app import results, run_folder
 from torchrl_mask.app.config import ALGOS, TrainConfig
 from torchrl_mask.app.files import write_text
 from torchrl_mask.app.hyperparams import UsageError
-from torchrl_mask.app.masked_env import make_masked_env
+from torchrl_mask.app.masked_env import make_masked_env, mask_env
 from torchrl_mask.app.models import ALGORITHMS, Model, build_model, model_kwargs, recorded_policy_kwargs
 from torchrl_mask.app.pipeline import checkpoint_files
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
@@ -89,11 +91,18 @@ def fitting_policy(config: TrainConfig, observation_space: spaces.Space) -> str:
     return str(policy)
 
 
+def _masked(make_env: Callable[[], gym.Env]) -> gym.Env:
+    """``make_env()``, masked (:func:`~torchrl_mask.app.masked_env.mask_env`): a picklable maker of masked envs."""
+    return mask_env(make_env())
+
+
 class GymTask:
     """A gymnasium run (see the module), checked when made: the env (made once, to see its spaces and where its
     masks come from), the policy and its arguments, the ``-i`` model.
 
     :param config: the run.
+    :param make_env: makes the env, unmasked (it must pickle, for the collectors' worker processes); None: the
+        gymnasium id ``config.env_id``.
     :raises UsageError: an unknown env id, an env without masks, a policy or ``policy_kwargs`` that do not fit,
         or an ``-i`` model that does not load or is not for this env.
     """
@@ -101,10 +110,12 @@ class GymTask:
     unit = "step"
     files_text = "learning_curve.csv, learning_curve.png or evaluation.json"
 
-    def __init__(self, config: TrainConfig) -> None:
-        env = make_masked_env(config.env_id)
+    def __init__(self, config: TrainConfig, make_env: Callable[[], gym.Env] | None = None) -> None:
+        self.raw_make = make_env
+        self.make = partial(make_masked_env, config.env_id) if make_env is None else partial(_masked, make_env)
+        env = self.make()
         try:
-            self.policy = fitting_policy(config, env.observation_space)
+            self.policy = self.choose_policy(config, env.observation_space)
             self.kwargs = model_kwargs(config.hyperparams, self.policy, config.algo)
             if config.trained_agent is not None:
                 check_trained_agent(config.trained_agent, env, ALGORITHMS[config.algo])
@@ -117,6 +128,14 @@ class GymTask:
         self.made_monitor_dir = False
         self.eval_envs: list[VecEnv] = []
         self.curve: list[tuple[int, float]] = []
+
+    def choose_policy(self, config: TrainConfig, observation_space: spaces.Space) -> Any:
+        """The policy the run builds (:func:`fitting_policy`): a name, or a policy class.
+
+        :param config: the run.
+        :param observation_space: the env's observations.
+        """
+        return fitting_policy(config, observation_space)
 
     def first_line(self) -> str:
         config = self.config
@@ -134,16 +153,10 @@ class GymTask:
             self.made_monitor_dir = not self.monitor_dir.exists()
             self.monitor_dir.mkdir(exist_ok=True)
         if config.collector is not None:  # never stepped: it gives the spaces and the env count (the progress bar's)
-            self.env = DummyVecEnv([partial(make_masked_env, config.env_id)] * config.n_envs)
+            self.env = DummyVecEnv([self.make] * config.n_envs)
         else:
             monitor_dir = None if self.monitor_dir is None else str(self.monitor_dir)
-            self.env = make_vec_env(
-                make_masked_env,
-                n_envs=config.n_envs,
-                seed=config.seed,
-                env_kwargs={"env_id": config.env_id},
-                monitor_dir=monitor_dir,
-            )
+            self.env = make_vec_env(self.make, n_envs=config.n_envs, seed=config.seed, monitor_dir=monitor_dir)
         return build_model(config, self.policy, self.kwargs, self.env, device)
 
     def callbacks(self, model: Model, out: Path) -> list[BaseCallback]:
@@ -151,9 +164,7 @@ class GymTask:
         config = self.config
         if config.eval_freq <= 0:
             return []
-        eval_env = make_vec_env(
-            make_masked_env, n_envs=1, seed=config.seed + EVAL_SEED_OFFSET, env_kwargs={"env_id": config.env_id}
-        )
+        eval_env = make_vec_env(self.make, n_envs=1, seed=config.seed + EVAL_SEED_OFFSET)
         self.eval_envs.append(eval_env)
         # sb3-contrib's drops the LSTM state at every step (docs/reference/algorithms/recurrent_evaluation.md)
         evaluator = MaskableRecurrentEvalCallback if config.algo == "ppo_lstm_mask" else MaskableEvalCallback
@@ -178,7 +189,7 @@ class GymTask:
             return
         if self.monitor_dir is None:
             raise ValueError("a collector's envs write their Monitor files into the run's folder: give build_model one")
-        collector = make_collector(config, model, self.monitor_dir)
+        collector = make_collector(config, model, self.monitor_dir, self.raw_make)
         try:
             model.learn(
                 config.n_timesteps,
@@ -206,7 +217,7 @@ class GymTask:
 
     def evaluate(self, model: Model) -> dict[str, Any]:
         config = self.config
-        return results.evaluate(model, partial(make_masked_env, config.env_id), config.eval_episodes, config.seed)
+        return results.evaluate(model, self.make, config.eval_episodes, config.seed)
 
     def write(self, model: Model, evaluation: dict[str, Any], out: Path) -> list[str]:
         config = self.config
@@ -239,4 +250,4 @@ class GymTask:
 
     def score(self, model: Model, episodes: int, seed: int) -> float:
         """The mean return of the masked evaluation (:func:`~torchrl_mask.app.results.mean_return`)."""
-        return results.mean_return(model, partial(make_masked_env, self.config.env_id), episodes, seed)
+        return results.mean_return(model, self.make, episodes, seed)

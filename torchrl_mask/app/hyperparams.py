@@ -54,7 +54,15 @@ DEFAULT_HYPERPARAMS: dict[str, Any] = {
     "gamma": 0.99,
     "policy_kwargs": {"net_arch": [64, 64]},
 }
-POLICIES = ("MlpPolicy", "MultiInputPolicy", "CnnPolicy", "MlpLstmPolicy", "MultiInputLstmPolicy", "CnnLstmPolicy")
+POLICIES = (
+    "MlpPolicy",
+    "MultiInputPolicy",
+    "CnnPolicy",
+    "MlpLstmPolicy",
+    "MultiInputLstmPolicy",
+    "CnnLstmPolicy",
+    "JobScorerPolicy",  # a job-shop run's (torchrl_mask.scheduling.network)
+)
 _FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _SCHEDULE = re.compile(r"lin_(" + _FLOAT.pattern + ")")
 _TORCH_NN = re.compile(r"(?:th\.|torch\.)?nn\.[A-Za-z_]\w*")

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -28,7 +29,7 @@ from torchrl.envs import TransformedEnv
 from torchrl_mask.app.hyperparams import UsageError
 from torchrl_mask.torchrl.envs import ActionMaskInInfo, masked_gym_env
 
-__all__ = ["InfoActionMasker", "collector_env", "make_masked_env", "one_line"]
+__all__ = ["InfoActionMasker", "collector_env", "make_masked_env", "mask_env", "one_line", "user_env"]
 
 MASK_KEY = "action_mask"
 
@@ -112,7 +113,16 @@ def make_masked_env(env_id: str) -> InfoActionMasker:
     :raises UsageError: unknown id, a space that cannot be masked, or no mask (the env is reset once to look
         at ``info`` when it has neither of the other two).
     """
-    env = _make_user_env(env_id)
+    return mask_env(_make_user_env(env_id))
+
+
+def mask_env(env: gym.Env) -> InfoActionMasker:
+    """An env already made, masked as :func:`make_masked_env` masks one (a job-shop instance's env, say).
+
+    :param env: the env.
+    :return: the wrapped env.
+    :raises UsageError: as :func:`make_masked_env`.
+    """
     name = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
     try:
         masked = ActionMaskInInfo(env)
@@ -132,14 +142,23 @@ def make_masked_env(env_id: str) -> InfoActionMasker:
     return InfoActionMasker(masked)
 
 
-def collector_env(env_id: str, monitor_file: str) -> TransformedEnv:
+def collector_env(make_env: Callable[[], gym.Env], monitor_file: str) -> TransformedEnv:
     """One env of a TorchRL collector: SB3's ``Monitor`` (for the learning curve) under the masked TorchRL env.
 
-    :param env_id: a registered gymnasium id.
+    :param make_env: makes the env, unmasked (``partial(user_env, "Taxi-v4")``); it runs in the collector's worker
+        process with ``multisync``, so it pickles.
     :param monitor_file: where ``Monitor`` writes the episodes (``<file>.monitor.csv``).
     :return: the TorchRL env, its mask an ``"action_mask"`` observation entry.
     """
-    return masked_gym_env(Monitor(_make_env(env_id), filename=monitor_file))
+    return masked_gym_env(Monitor(make_env(), filename=monitor_file))
+
+
+def user_env(env_id: str) -> gym.Env:
+    """The env a gymnasium id names, made as gymnasium makes it (its warnings shown once it is made).
+
+    :param env_id: a registered gymnasium id (``module:Id`` imports ``module`` first).
+    """
+    return _make_env(env_id)
 
 
 def one_line(err: BaseException) -> str:

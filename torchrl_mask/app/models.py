@@ -33,13 +33,14 @@ ALGORITHMS: dict[str, type[MaskablePPO] | type[MaskableRecurrentPPO]] = {
 }
 # The policy's constructor arguments that MaskablePPO fills in itself; policy_kwargs cannot set them.
 POLICY_SET_BY_PPO = {"self", "observation_space", "action_space", "lr_schedule"}
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
-def model_kwargs(hyperparams: dict[str, Any], policy: str, algo: str = "ppo_mask") -> dict[str, Any]:
+def model_kwargs(hyperparams: dict[str, Any], policy: str | type, algo: str = "ppo_mask") -> dict[str, Any]:
     """The model's keyword arguments from checked hyperparameters.
 
     :param hyperparams: the run's hyperparameters (``policy`` is left out: it is the model's first argument).
-    :param policy: the policy's name, whose arguments ``policy_kwargs`` must be.
+    :param policy: the policy's name (or class), whose arguments ``policy_kwargs`` must be.
     :param algo: ``"ppo_mask"`` or ``"ppo_lstm_mask"``.
     :return: the arguments: ``lin_<x>`` as SB3's ``LinearSchedule`` (from x to 0), ``activation_fn`` as its class.
     :raises UsageError: an activation that is no ``torch.nn`` activation, or a ``policy_kwargs`` name the policy
@@ -54,11 +55,13 @@ def model_kwargs(hyperparams: dict[str, Any], policy: str, algo: str = "ppo_mask
     policy_kwargs = dict(kwargs["policy_kwargs"])
     if "activation_fn" in policy_kwargs:
         policy_kwargs["activation_fn"] = _activation(policy_kwargs["activation_fn"])
-    accepted = _policy_parameters(ALGORITHMS[algo].policy_aliases[policy]) - POLICY_SET_BY_PPO
+    policy_class = policy if isinstance(policy, type) else ALGORITHMS[algo].policy_aliases[policy]
+    accepted = _policy_parameters(policy_class) - POLICY_SET_BY_PPO
     unknown = sorted(set(policy_kwargs) - accepted)
     if unknown:
         takes = ", ".join(sorted(accepted))
-        raise UsageError(f"policy_kwargs: {', '.join(unknown)} is not an argument of {policy}; it takes {takes}.")
+        name = policy.__name__ if isinstance(policy, type) else policy
+        raise UsageError(f"policy_kwargs: {', '.join(unknown)} is not an argument of {name}; it takes {takes}.")
     kwargs["policy_kwargs"] = policy_kwargs
     return kwargs
 
@@ -88,13 +91,15 @@ def _activation(name: str) -> type[torch.nn.Module]:
 
 
 def _policy_parameters(policy_class: type) -> set[str]:
-    """The arguments a policy class takes: its own, or its base's where it passes ``*args, **kwargs`` on (the
-    masked LSTM policies)."""
+    """The arguments a policy class takes: its own named ones, and its bases' where it passes ``**kwargs`` on (the
+    masked LSTM policies, the job scorer)."""
+    names: set[str] = set()
     for cls in policy_class.__mro__:
         parameters = inspect.signature(cls).parameters
+        names |= {name for name, parameter in parameters.items() if parameter.kind not in _VARIADIC}
         if not any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters.values()):
-            return set(parameters)
-    return set()
+            return names
+    return names
 
 
 def recorded_policy_kwargs(model: MaskablePPO | MaskableRecurrentPPO) -> dict[str, Any]:
@@ -116,11 +121,11 @@ def quiet_logger(model: Any, verbose: int) -> None:
     model.set_logger(Logger(None, [HumanOutputFormat(sys.stdout)] if verbose >= 1 else []))
 
 
-def build_model(config: TrainConfig, policy: str, kwargs: dict[str, Any], env: Any, device: str) -> Model:
+def build_model(config: TrainConfig, policy: str | type, kwargs: dict[str, Any], env: Any, device: str) -> Model:
     """A new model of ``config.algo``, or the ``-i`` model with the run's hyperparameters set (its policy kept).
 
     :param config: the run (``algo``, ``seed``, ``verbose``, ``tensorboard_log``, ``trained_agent``).
-    :param policy: the policy's name.
+    :param policy: the policy's name, or its class.
     :param kwargs: :func:`model_kwargs`' arguments (``policy_kwargs`` with its classes).
     :param env: the VecEnv the model reads its spaces (and, for a gymnasium run, its steps) from.
     :param device: the torch device.

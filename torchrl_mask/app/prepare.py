@@ -87,6 +87,10 @@ def make_task(config: TrainConfig, **options: Any) -> Any:
         from torchrl_mask.app.game_task import GameTask
 
         return GameTask(config, **options)
+    if config.kind.kind == "jobshop":
+        from torchrl_mask.app.jobshop_task import JobShopTask
+
+        return JobShopTask(config, **options)
     from torchrl_mask.app.gym_task import GymTask
 
     return GymTask(config, **options)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from torchrl.collectors import BaseCollector, Collector, MultiSyncCollector
 from torchrl.envs import EnvBase, SerialEnv, TensorDictPrimer
@@ -12,14 +13,19 @@ from torchrl.envs import EnvBase, SerialEnv, TensorDictPrimer
 from torchrl_mask.algorithms.ppo import MaskablePPO
 from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
 from torchrl_mask.app.config import TrainConfig
-from torchrl_mask.app.masked_env import collector_env
+from torchrl_mask.app.masked_env import collector_env, user_env
 from torchrl_mask.torchrl.policy import MaskablePolicyModule
 from torchrl_mask.torchrl.recurrent_policy import MaskableRecurrentPolicyModule
 
 __all__ = ["make_collector"]
 
 
-def make_collector(config: TrainConfig, model: MaskablePPO | MaskableRecurrentPPO, monitor_dir: Path) -> BaseCollector:
+def make_collector(
+    config: TrainConfig,
+    model: MaskablePPO | MaskableRecurrentPPO,
+    monitor_dir: Path,
+    make_env: Callable[[], Any] | None = None,
+) -> BaseCollector:
     """The collector of a ``--collector`` run: ``sync``, the envs step in this process (``SerialEnv``);
     ``multisync``, one worker process per env. The recurrent model's envs also carry its LSTM states (its policy
     module's primer; the masked env has TorchRL's ``InitTracker``).
@@ -27,9 +33,12 @@ def make_collector(config: TrainConfig, model: MaskablePPO | MaskableRecurrentPP
     :param config: the run (``env_id``, ``n_envs``, ``collector``, ``seed``, ``threads``).
     :param model: the model that learns; its policy runs in the collector.
     :param monitor_dir: where each env's Monitor file goes (one folder per env).
+    :param make_env: makes one env, unmasked, in this process or a worker's; None: the gymnasium id
+        ``config.env_id``.
     :return: a collector of ``n_envs * n_steps`` steps a batch, never ending by itself.
     """
-    makers = [partial(collector_env, config.env_id, str(monitor_dir / str(rank))) for rank in range(config.n_envs)]
+    make = partial(user_env, config.env_id) if make_env is None else make_env
+    makers = [partial(collector_env, make, str(monitor_dir / str(rank))) for rank in range(config.n_envs)]
     policy: MaskablePolicyModule | MaskableRecurrentPolicyModule
     if isinstance(model, MaskableRecurrentPPO):
         policy = MaskableRecurrentPolicyModule(model.policy)

