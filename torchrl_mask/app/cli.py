@@ -89,8 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         add_help=False,  # every argument after `bench`, --help included, belongs to the benchmark
         help="benchmark torchrl_mask against sb3-contrib: the buffers, `bench learn` for whole learn() calls, "
-        "`bench selfplay` for self-play against the game's own speed, or `bench memory` for self-play with an LSTM "
-        "against without (arguments go to the benchmark; try bench --help)",
+        "`bench selfplay` for self-play against the game's own speed, `bench memory` for self-play with an LSTM "
+        "against without, or `bench jobshop` for job-shop training against the env's own speed (arguments go to the "
+        "benchmark; try bench --help)",
     )
     return parser
 

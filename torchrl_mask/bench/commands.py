@@ -6,7 +6,9 @@
   (:mod:`torchrl_mask.bench.recurrent`), the cost of masking per action space (:mod:`torchrl_mask.bench.spaces`)
   or what each fast path buys (:mod:`torchrl_mask.bench.fastpaths`);
 - ``selfplay``: self-play's speed against the game's own (:func:`torchrl_mask.bench.selfplay.main`);
-- ``memory``: self-play with an LSTM against without (:func:`torchrl_mask.bench.memory.main`).
+- ``memory``: self-play with an LSTM against without (:func:`torchrl_mask.bench.memory.main`);
+- ``jobshop``: MaskablePPO's training rate on a job-shop instance against the env's own random play
+  (:func:`torchrl_mask.bench.jobshop.main`).
 
 Each is imported only when it runs: they need sb3-contrib's test envs, PettingZoo's games or the train job.
 """
@@ -34,6 +36,7 @@ COMMANDS = {
     "learn": "torchrl_mask.bench.learn",
     "selfplay": "torchrl_mask.bench.selfplay",
     "memory": "torchrl_mask.bench.memory",
+    "jobshop": "torchrl_mask.bench.jobshop",
 }
 
 
