@@ -10,16 +10,13 @@ of them), or with ``collector="multisync"`` split over worker processes, one per
 
 from __future__ import annotations
 
-import os
-from functools import partial
-
-from torchrl.collectors import BaseCollector, Collector, MultiSyncCollector
-from torchrl.envs import EnvBase, TensorDictPrimer
+from torchrl.collectors import BaseCollector
 
 from torchrl_mask.algorithms.recurrent_ppo import MaskableRecurrentPPO
 from torchrl_mask.app.config import SelfPlay, TrainConfig
 from torchrl_mask.app.models import Model
-from torchrl_mask.games.env import TurnBasedEnv, make_game
+from torchrl_mask.games.collector import selfplay_collector, worker_count
+from torchrl_mask.games.env import make_game
 from torchrl_mask.games.ladder import ladder
 from torchrl_mask.games.recurrent_selfplay import RecurrentSelfPlayPolicy
 from torchrl_mask.games.selfplay import SelfPlayPolicy
@@ -42,27 +39,6 @@ def run_symmetries(config: TrainConfig, game: str) -> tuple[Symmetry, ...]:
     if selfplay.symmetries is False or config.algo == "ppo_lstm_mask":
         return ()
     return game_symmetries(game)
-
-
-def worker_count(n_games: int, cores: int | None = None) -> int:
-    """The worker processes ``collector="multisync"`` splits ``n_games`` games over: the most, up to one per core,
-    that hold the same number of games each (a divisor of ``n_games``).
-
-    :param n_games: the games played side by side (``n_envs``).
-    :param cores: the machine's cores; None: ``os.cpu_count()``.
-    :return: the workers, each with ``n_games // workers`` games.
-    """
-    most = min(n_games, cores if cores is not None else os.cpu_count() or 1)
-    return max(count for count in range(1, most + 1) if n_games % count == 0)
-
-
-def _game_env(
-    game: str, opponents: int, n_games: int | None, primer: TensorDictPrimer | None, engine: str = "auto"
-) -> EnvBase:
-    """One :class:`~torchrl_mask.TurnBasedEnv` (in a worker process with ``multisync``), with the LSTM policy's
-    primer appended when there is one (every seat's states in its specs)."""
-    env = TurnBasedEnv(game, opponents, n_games=n_games, engine=engine)
-    return env if primer is None else env.append_transform(primer)
 
 
 def _policy(config: TrainConfig, model: Model, game: str, snapshots: int) -> SelfPlayPolicy:
@@ -90,7 +66,7 @@ def _policy(config: TrainConfig, model: Model, game: str, snapshots: int) -> Sel
 def build_collector(
     config: TrainConfig, model: Model, game: str, engine: str = "auto", snapshots: int = SNAPSHOTS
 ) -> BaseCollector:
-    """The run's TorchRL collector (see the module), never ending by itself.
+    """The run's TorchRL collector (:func:`~torchrl_mask.games.collector.selfplay_collector`), never ending by itself.
 
     :param config: the run (``n_envs``, ``collector``, ``threads``, ``seed``, ``selfplay``).
     :param model: the model that learns (MaskablePPO, or MaskableRecurrentPPO).
@@ -100,28 +76,16 @@ def build_collector(
     :param snapshots: the snapshots the run takes at most (:data:`SNAPSHOTS`).
     :return: a collector of ``n_envs * n_steps`` moves a batch.
     """
-    policy = _policy(config, model, game, snapshots)
-    primer = policy.make_tensordict_primer() if isinstance(policy, RecurrentSelfPlayPolicy) else None
     selfplay = config.selfplay or SelfPlay()
-    league = selfplay.has_league
-    opponents = selfplay.pool_size + len(selfplay.league_players) + (league and selfplay.self_share > 0)
-    frames = config.n_envs * model.n_steps
-    if config.collector == "multisync":  # a worker's share of the games in one env (the reader flattens them)
-        workers = worker_count(config.n_envs)
-        share = config.n_envs // workers
-        makers = [partial(_game_env, game, opponents, share if share > 1 else None, primer, engine)] * workers
-        collector: BaseCollector = MultiSyncCollector(
-            makers,
-            policy,
-            frames_per_batch=frames,
-            total_frames=-1,
-            num_threads=config.threads,
-            auto_register_policy_transforms=False,
-        )
-        collector.set_seed(config.seed)
-        collector.reset()
-        return collector
-    games = _game_env(game, opponents, config.n_envs, primer, engine)  # one env, one policy forward for all games
-    games.set_seed(config.seed)
-    # the env carries what the policy reads already ("is_init"; the LSTM primer appended above): nothing to add
-    return Collector(games, policy, frames_per_batch=frames, total_frames=-1, auto_register_policy_transforms=False)
+    opponents = selfplay.pool_size + len(selfplay.league_players) + (selfplay.has_league and selfplay.self_share > 0)
+    return selfplay_collector(
+        _policy(config, model, game, snapshots),
+        game,
+        config.n_envs,
+        config.n_envs * model.n_steps,
+        opponents,
+        multisync=config.collector == "multisync",
+        threads=config.threads,
+        seed=config.seed,
+        engine=engine,
+    )

@@ -241,32 +241,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     :return: the run's configuration, not yet checked against the files it names.
     :raises UsageError: what :func:`~torchrl_mask.app.config.train_config` refuses.
     """
-    return train_config(
-        args.env,
-        algo=args.algo,
-        conf_file=args.conf_file,
-        hyperparams=args.hyperparams,
-        n_timesteps=args.n_timesteps,
-        trained_agent=args.trained_agent,
-        eval_episodes=args.eval_episodes,
-        threads=args.threads,
-        collector=args.collector,
-        pool_size=args.pool_size,
-        league_players=args.league_players,
-        fixed_share=args.fixed_share,
-        self_share=args.self_share,
-        symmetries=args.symmetries,
-        images=args.images,
-        seed=args.seed,
-        device=args.device,
-        out=args.out,
-        eval_freq=args.eval_freq,
-        save_freq=args.save_freq,
-        tensorboard_log=args.tensorboard_log,
-        verbose=args.verbose,
-        progress_bar=not args.no_progress,
-        overwrite=args.overwrite,
-    )
+    options = {key: value for key, value in vars(args).items() if key not in ("command", "env", "no_progress")}
+    return train_config(args.env, progress_bar=not args.no_progress, **options)
 
 
 def parse_train_config(argv: Sequence[str]) -> TrainConfig:

@@ -7,6 +7,8 @@
   the reader that splits a collector's batch of alternating moves into each seat's trajectory
   (``SelfPlayPolicy.rollout_reader``, which ``MaskablePPO.learn(collector=...)`` uses);
 - ``league``: ``League``, the learner's opponents (snapshots and fixed players) drawn by what it does not beat yet;
+- ``collector``: ``selfplay_collector``, the TorchRL collector of many games played by a self-play policy (in
+  this process or in worker processes);
 - ``seat_split``: the rules of that split (each seat's moves, its rewards up to its next move, the game's end);
 - ``recurrent_selfplay``: ``RecurrentSelfPlayPolicy``, the same for ``MaskableRecurrentPPO``, each seat with its own
   LSTM state;
