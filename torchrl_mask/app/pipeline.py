@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from stable_baselines3.common.callbacks import CheckpointCallback
+
 from torchrl_mask.app import run_folder
 from torchrl_mask.app.config import TrainConfig
 from torchrl_mask.app.files import NotWritten, write_file, write_text
@@ -191,12 +193,22 @@ def checkpoints(config: TrainConfig, model: Any, out: Path) -> list[BaseCallback
     :param model: the model, built.
     :param out: the output folder.
     """
-    from stable_baselines3.common.callbacks import CheckpointCallback
-
     if config.save_freq <= 0:
         return []
     every = max(config.save_freq // model.n_envs, 1)
-    return [CheckpointCallback(every, str(out), name_prefix="rl_model", verbose=config.verbose)]
+    return [WholeCheckpoints(every, str(out), name_prefix="rl_model", verbose=config.verbose)]
+
+
+class WholeCheckpoints(CheckpointCallback):
+    """SB3's ``CheckpointCallback`` writing each checkpoint whole (:func:`~torchrl_mask.app.files.write_file`); a
+    signal that came while one was written then stops training, as it would have stopped it."""
+
+    def _on_step(self) -> bool:
+        if self.n_calls % self.save_freq == 0:
+            held = write_file(Path(self._checkpoint_path(extension="zip")), self.model.save)
+            if held:
+                raise _interrupt(held)
+        return True
 
 
 def checkpoint_files(out: Path) -> list[str]:
