@@ -383,8 +383,8 @@ def test_a_study_torchrl_mask_did_not_write_is_refused_before_any_trial(tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("folder", ["q?mark", "pct%41b", "hash#tag"])
-def test_the_default_study_lands_in_out_whatever_its_name_holds(folder: str, tmp_path: Path) -> None:
+def test_the_default_study_lands_in_out_whatever_its_name_holds(tmp_path: Path) -> None:
+    folder = "q?mark%41b#tag"  # each of which a SQLite URL reads as something else, unescaped
     run = run_cli("tune", *TINY, "--n-trials", "1", "--out", folder, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert (tmp_path / folder / "study.db").is_file()

@@ -37,8 +37,9 @@ __all__ = ["main", "train_and_judge"]
 TAILLARD_15X15 = [f"ta{index:02d}" for index in range(1, 11)]
 
 
-def train_and_judge(train_on: str, seed: int, timesteps: int, samples: int,
-                    judged_on: list[str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def train_and_judge(
+    train_on: str, seed: int, timesteps: int, samples: int, judged_on: list[str] | None = None
+) -> list[dict[str, Any]]:
     """Train ``train_on``'s default MaskablePPO for ``timesteps`` dispatches and judge it on instances.
 
     :param train_on: the instance (or ``random:JxM`` spec) trained on.
@@ -56,8 +57,15 @@ def train_and_judge(train_on: str, seed: int, timesteps: int, samples: int,
     start = time.perf_counter()
     model.learn(timesteps)
     seconds = time.perf_counter() - start
-    return [{**_judge(model, instance, seed, samples), "trained_on": train_on, "seconds": seconds,
-             "timesteps": int(model.num_timesteps)} for instance in judged_on or [train_on]]  # fmt: skip
+    return [
+        {
+            **_judge(model, instance, seed, samples),
+            "trained_on": train_on,
+            "seconds": seconds,
+            "timesteps": int(model.num_timesteps),
+        }
+        for instance in judged_on or [train_on]
+    ]
 
 
 def _judge(model: Any, instance: str, seed: int, samples: int) -> dict[str, Any]:
@@ -80,8 +88,12 @@ def _baselines(instance: str, cp_sat_seconds: float) -> dict[str, Any]:
     from torchrl_mask.scheduling import check_instance, cp_sat_makespan, rule_makespans
 
     makespan, status = cp_sat_makespan(instance, cp_sat_seconds)
-    return {"best_known": check_instance(instance).upper_bound, "rules": rule_makespans(instance),
-            "cp_sat": makespan, "cp_sat_status": status}  # fmt: skip
+    return {
+        "best_known": check_instance(instance).upper_bound,
+        "rules": rule_makespans(instance),
+        "cp_sat": makespan,
+        "cp_sat_status": status,
+    }
 
 
 def _gap(makespan: float, best_known: int) -> float:
@@ -90,11 +102,18 @@ def _gap(makespan: float, best_known: int) -> float:
 
 def _report(runs: list[dict[str, Any]], baselines: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     rules = list(next(iter(baselines.values()))["rules"])
-    head = ["instance", "best known", *rules, f"CP-SAT {args.cp_sat_seconds:g} s", "greedy median (worst)",
-            f"best of {args.samples + 1} median (worst)"]  # fmt: skip
+    head = [
+        "instance",
+        "best known",
+        *rules,
+        f"CP-SAT {args.cp_sat_seconds:g} s",
+        "greedy median (worst)",
+        f"best of {args.samples + 1} median (worst)",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    columns: dict[str, list[float]] = {name: [] for name in [*rules, "cp_sat", "greedy", "greedy_worst", "best",
-                                                             "best_worst"]}  # fmt: skip
+    columns: dict[str, list[float]] = {
+        name: [] for name in [*rules, "cp_sat", "greedy", "greedy_worst", "best", "best_worst"]
+    }
     for instance, base in baselines.items():
         mine = [run for run in runs if run["instance"] == instance]
         bk = base["best_known"]
@@ -166,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
             runs += future.result()
             print("\n".join(json.dumps(run) for run in future.result()), flush=True)
     if args.json is not None:
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "runs": runs,
-                                         "baselines": baselines}, indent=1))  # fmt: skip
+        args.json.write_text(
+            json.dumps({"args": vars(args) | {"json": str(args.json)}, "runs": runs, "baselines": baselines}, indent=1)
+        )
     trained = f"trained on {args.train_on}, " if args.train_on else ""
     print(f"\n{trained}{runs[0]['timesteps']:,} dispatches per run, {len(args.seeds)} seeds\n")
     print(_report(runs, baselines, args))

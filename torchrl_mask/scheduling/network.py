@@ -86,8 +86,9 @@ class JobScorerPolicy(MaskableActorCriticPolicy):
     :param kwargs: sb3-contrib's policy arguments (``ortho_init``, ``optimizer_kwargs``...; ``net_arch`` is unused).
     """
 
-    def __init__(self, observation_space: Any, action_space: Any, lr_schedule: Schedule, hidden: int = 64,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self, observation_space: Any, action_space: Any, lr_schedule: Schedule, hidden: int = 64, **kwargs: Any
+    ) -> None:
         self.hidden = hidden
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
