@@ -350,6 +350,28 @@ def test_console_script_shows_help_with_rl_zoo_options_and_each_default_once() -
     assert out_help.count("default") == 1 and "checkpoints" in out_help, out_help
 
 
+
+# Help, and an option refused before any file or env is looked at, for each command.
+ANSWERED_WITHOUT_TORCH = {
+    "train-help": ["train", "--help"],
+    "train-refused": ["train", "--env", "Taxi-v4", "--pool-size", "2"],
+    "tune-refused": ["tune", "--env", "Taxi-v4", "-n", "8", "--n-evaluations", "9"],
+    "play-refused": ["play", "--env", "pettingzoo:foo_v1", "-i", "model.zip"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(ANSWERED_WITHOUT_TORCH))
+def test_help_and_a_refused_option_answer_before_torch_is_imported(case: str, tmp_path: Path) -> None:
+    code = (
+        "import sys\nfrom torchrl_mask.app.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nfinally:\n    print('torch imported:', 'torch' in sys.modules)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code, *ANSWERED_WITHOUT_TORCH[case]], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.stdout.endswith("torch imported: False\n"), run.stdout[-500:] + run.stderr
+    assert case == "train-help" or run.stderr.startswith("torchrl-mask: error: "), run.stderr
+    assert list(tmp_path.iterdir()) == []
+
 @pytest.fixture(scope="module")
 def zoo_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[subprocess.CompletedProcess[str]], Path]:
     """rl-zoo3's workflow with the console script: train from a YAML file with evaluation, checkpoints and

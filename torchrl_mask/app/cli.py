@@ -97,9 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_train(args: argparse.Namespace) -> int:
+    config = config_from_args(args)  # an option that does not fit is refused before torch is imported
     from torchrl_mask.app.run import run_train  # the pipeline's modules, once the options are resolved
 
-    return run_train(config_from_args(args))
+    return run_train(config)
 
 
 def _run_play(args: argparse.Namespace) -> int:
