@@ -350,7 +350,6 @@ def test_console_script_shows_help_with_rl_zoo_options_and_each_default_once() -
     assert out_help.count("default") == 1 and "checkpoints" in out_help, out_help
 
 
-
 # Help, and an option refused before any file or env is looked at, for each command.
 ANSWERED_WITHOUT_TORCH = {
     "train-help": ["train", "--help"],
@@ -371,6 +370,7 @@ def test_help_and_a_refused_option_answer_before_torch_is_imported(case: str, tm
     assert run.stdout.endswith("torch imported: False\n"), run.stdout[-500:] + run.stderr
     assert case == "train-help" or run.stderr.startswith("torchrl-mask: error: "), run.stderr
     assert list(tmp_path.iterdir()) == []
+
 
 @pytest.fixture(scope="module")
 def zoo_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[subprocess.CompletedProcess[str]], Path]:
