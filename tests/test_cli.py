@@ -276,6 +276,8 @@ def test_train_saves_a_model_both_libraries_load_and_an_evaluation_record(
     record = json.loads((out / "evaluation.json").read_text())
     assert record["config"]["env_id"] == "Taxi-v4"
     assert record["config"]["n_timesteps"] == 1024
+    config = record["config"]  # a gymnasium run has no league, and its record says so
+    assert (config["pool_size"], config["league_players"], config["fixed_share"]) == (0, [], None)
     assert set(record["evaluation"]) == {"masked", "unmasked", "random"}
     curve = (out / "learning_curve.csv").read_text().splitlines()
     assert curve[0] == "timestep,episode_return"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import itertools
-import json
 import os
 import subprocess
 import sys
@@ -161,12 +160,3 @@ def test_an_option_that_does_not_fit_the_env_is_refused_in_one_line_and_writes_n
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert says in _one_line(proc), proc.stderr
     assert not out.exists()
-
-
-@pytest.mark.slow
-def test_a_taxi_run_records_no_league_in_its_evaluation(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    proc = run_cli(*TAXI, "--out", str(out), *QUIET)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    config = json.loads((out / "evaluation.json").read_text())["config"]
-    assert (config["pool_size"], config["league_players"], config["fixed_share"]) == (0, [], None)
