@@ -453,3 +453,20 @@ def test_train_with_algo_ppo_lstm_mask_saves_a_recurrent_model_that_loads_and_ev
         action, state = model.predict(np.array([obs]), state, start, deterministic=True, action_masks=mask)
         assert int(action[0]) in (1, 3)
         start = np.array([False])
+
+
+def test_a_ctrl_c_during_an_import_is_raised_once_the_import_is_done(tmp_path: Path) -> None:
+    # torch's C++ initialisation cannot unwind a KeyboardInterrupt raised inside it: the command's handler holds a
+    # Ctrl-C that comes during an import until the import is done, then raises it
+    (tmp_path / "slow_module.py").write_text(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(0.3)\n"
+    )
+    code = (
+        "import signal, sys, time\nfrom torchrl_mask.__main__ import _interrupt\n"
+        "signal.signal(signal.SIGINT, _interrupt)\n"
+        "try:\n    import slow_module\n    time.sleep(30)\nexcept KeyboardInterrupt:\n"
+        "    print('raised after the import:', 'slow_module' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert run.stdout == "raised after the import: True\n", run.stdout + run.stderr

@@ -196,7 +196,10 @@ def test_ctrl_c_while_play_starts_up_is_one_line(models: dict[str, Path]) -> Non
     play = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(0.5)  # inside its imports (torch, the game), before the game begins
     play.send_signal(signal.SIGINT)
-    stderr = play.communicate(timeout=120)[1].decode()
+    play.wait(timeout=120)  # stdin stays open, as a terminal's does: the Ctrl-C, not the end of input, ends it
+    assert play.stderr is not None and play.stdin is not None
+    stderr = play.stderr.read().decode()
+    play.stdin.close()
     assert play.returncode == 130, stderr
     assert "Traceback" not in stderr and stderr.strip().count("\n") == 0, stderr
 
