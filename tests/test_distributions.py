@@ -12,7 +12,7 @@ import torch
 from gymnasium import spaces
 from sb3_contrib.common.maskable.distributions import make_masked_proba_distribution
 
-from torchrl_mask.distributions import MaskedCategoricals
+from torchrl_mask.distributions import MASKED_LOGIT, DivergedLogits, MaskedCategoricals
 
 SPACES = {
     "discrete-8": spaces.Discrete(8),
@@ -139,3 +139,18 @@ def test_nan_logits_raise_instead_of_sampling() -> None:
 def test_a_sub_action_without_choices_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one choice"):
         MaskedCategoricals([3, 0])
+
+
+def test_only_a_row_whose_allowed_choices_all_sink_to_the_masked_logit_is_refused() -> None:
+    dist = MaskedCategoricals([3, 2])  # two sub-actions of other sizes: two blocks
+    logits = torch.zeros(3, 5)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    logits[1, :3] = torch.tensor([-3e8, -2e8, 0.0])  # row 1, first sub-action: its one allowed choice sinks
+    mask[1, 2] = False
+    mask[2, 3:] = False  # row 2, second sub-action: nothing allowed, the mask's fault, refused where it is read
+    with pytest.raises(DivergedLogits) as refused:
+        dist.log_pmf(logits, mask)
+    assert refused.value.lowest == pytest.approx(-2e8, rel=1e-6)  # the best allowed, after normalisation
+    assert refused.value.lowest <= MASKED_LOGIT
+    mask[1, 2] = True  # the large choice allowed again: nothing has diverged, row 2 alone passes here
+    assert [block.shape for block in dist.log_pmf(logits, mask)] == [(3, 1, 3), (3, 1, 2)]

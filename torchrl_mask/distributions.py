@@ -76,6 +76,21 @@ def _side_by_side(parts: list[torch.Tensor]) -> torch.Tensor:
     return parts[0].unsqueeze(1) if len(parts) == 1 else torch.stack(parts, dim=1)
 
 
+def _refuse_diverged(block: torch.Tensor, block_mask: torch.Tensor, low: torch.Tensor) -> None:
+    """Raise :class:`DivergedLogits` if a row whose top is at or below :data:`MASKED_LOGIT` has an allowed choice
+    (a row without any is the mask's fault, refused where the mask is read: not here).
+
+    :param block: a block of masked logits ``(B, G, n)``.
+    :param block_mask: its mask ``(B, G, n)``, True where a choice is allowed.
+    :param low: ``(B, G)``, True where the block's top is at or below :data:`MASKED_LOGIT`.
+    :raises DivergedLogits: such a row.
+    """
+    diverged = low & block_mask.any(dim=-1)
+    if bool(diverged.any()):
+        best_allowed = torch.where(block_mask, block, -torch.inf).amax(dim=-1)
+        raise DivergedLogits(float(best_allowed[diverged].min()))
+
+
 class MaskedCategoricals:
     """One masked categorical per sub-action, ``len(dims)`` of them side by side, computed block by block.
 
@@ -132,16 +147,17 @@ class MaskedCategoricals:
         if masked_logit is None or masked_logit.dtype != logits.dtype or masked_logit.device != logits.device:
             masked_logit = self._masked_logit = torch.tensor(MASKED_LOGIT, dtype=logits.dtype, device=logits.device)
         masks = self.blocks(mask)
-        for block, block_mask in zip(original, masks, strict=True):
-            # a row without any allowed choice is the mask's fault, refused where the mask is read: not checked here
-            best_allowed = torch.where(block_mask, block.detach(), -torch.inf).amax(dim=-1)
-            diverged = (best_allowed <= MASKED_LOGIT) & block_mask.any(dim=-1)
-            if bool(diverged.any()):
-                raise DivergedLogits(float(best_allowed[diverged].min()))
-        return [
-            _normalised(torch.where(block_mask, block, masked_logit))
-            for block, block_mask in zip(original, masks, strict=True)
+        masked = [
+            torch.where(block_mask, block, masked_logit) for block, block_mask in zip(original, masks, strict=True)
         ]
+        for block, block_mask in zip(masked, masks, strict=True):
+            # a row's top is at or below MASKED_LOGIT exactly when its allowed choices all are (its masked ones are
+            # MASKED_LOGIT): one reduction of what is normalised anyway, the lowest top read once, the exact check
+            # only then
+            tops = block.detach().amax(dim=-1)
+            if len(block) and float(tops.min()) <= MASKED_LOGIT:
+                _refuse_diverged(block.detach(), block_mask, tops <= MASKED_LOGIT)
+        return [_normalised(block) for block in masked]
 
     def sample(self, log_pmf: list[torch.Tensor], deterministic: bool = False) -> torch.Tensor:
         """Draw each sub-action as ``torch.multinomial`` draws it in sb3-contrib's loop (or take the mode).
