@@ -18,8 +18,8 @@ pytest.importorskip("pettingzoo")
 from helpers import assert_same_tensor
 
 from torchrl_mask import MaskablePPO, SeatEnv, SelfPlayPolicy, TurnBasedEnv
-from torchrl_mask.games.boards import BOARD_GAMES, BoardGames
-from torchrl_mask.games.players import random_legal
+from torchrl_mask.games.boards import BOARD_GAMES, BoardGames, opening_limit
+from torchrl_mask.games.players import board_lines, random_legal
 
 GAMES = sorted(BOARD_GAMES)
 
@@ -34,11 +34,13 @@ def _same(ours: TensorDictBase, theirs: TensorDictBase, where: str) -> None:
             assert_same_tensor(b.view(torch.uint8), a.view(torch.uint8), f"{where}, {key} (bits)")
 
 
-@pytest.mark.parametrize("opponents", [0, 3])
+@pytest.mark.parametrize(("opponents", "openings"), [(0, False), (3, False), (3, True)])
 @pytest.mark.parametrize("game", GAMES)
-def test_every_step_is_pettingzoos_through_partial_resets(game: str, opponents: int) -> None:
+def test_every_step_is_pettingzoos_through_partial_resets(game: str, opponents: int, openings: bool) -> None:
+    longest = opening_limit(game) if openings else 0  # random openings: the same draws and moves on either engine
     envs = {
-        engine: TurnBasedEnv(game, opponents=opponents, n_games=16, engine=engine) for engine in ("numpy", "pettingzoo")
+        engine: TurnBasedEnv(game, opponents=opponents, n_games=16, engine=engine, openings=longest)
+        for engine in ("numpy", "pettingzoo")
     }
     assert envs["numpy"].boards is not None and envs["pettingzoo"].boards is None
     for env in envs.values():
@@ -55,6 +57,33 @@ def test_every_step_is_pettingzoos_through_partial_resets(game: str, opponents: 
         _same(steps["numpy"], steps["pettingzoo"], f"move {move}")
         ends += int(steps["numpy"]["next", "done"].sum())
     assert ends > 100  # many games ended (wins, losses and draws) and were dealt afresh
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_random_openings_deal_every_length_up_to_the_limit_and_never_a_finished_game(game: str) -> None:
+    longest = opening_limit(game)
+    env = TurnBasedEnv(game, n_games=400, openings=longest)
+    env.set_seed(3)
+    td = env.reset()
+    pieces = td["observation"].sum(dim=(1, 2, 3))
+    assert sorted(set(pieces.tolist())) == list(range(longest + 1))  # each length drawn, none past the limit
+    assert torch.equal(td["seat"], pieces % 2)  # the first seat moves after an even number of moves
+    height, width, length, _ = BOARD_GAMES[game]
+    lines = env.boards.cells[:, board_lines(height, width, length)]  # (games, lines, cells of a line)
+    assert not any((lines == piece).all(axis=2).any() for piece in (1, 2))  # no line completed: no game over
+    again = TurnBasedEnv(game, n_games=400, openings=longest)
+    again.set_seed(3)
+    assert torch.equal(again.reset()["observation"], td["observation"])  # seeded
+    plain = TurnBasedEnv(game, n_games=400)
+    plain.set_seed(3)
+    assert plain.reset()["observation"].sum() == 0
+
+
+def test_random_openings_are_refused_where_a_game_could_end_in_one_or_has_no_bound() -> None:
+    with pytest.raises(ValueError, match=r"openings=7 with connect_four_v3: give 0 to 6 moves"):
+        TurnBasedEnv("connect_four_v3", openings=7)
+    with pytest.raises(ValueError, match=r"openings=2 with 'leduc_holdem_v4': random openings are for"):
+        TurnBasedEnv("leduc_holdem_v4", openings=2)
 
 
 def test_connect_four_drops_pieces_and_finds_each_kind_of_line() -> None:

@@ -424,3 +424,39 @@ def test_the_solver_as_a_league_player_is_refused_in_one_line_where_its_package_
             _config("--env", "pettingzoo:connect_four_v3", "--league-players", "solver")
     finally:
         ladders.ladder.cache_clear()
+
+
+def test_openings_come_from_the_option_or_a_file_and_reach_every_game(tmp_path: Path) -> None:
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from torchrl_mask.app.game_collector import build_collector
+
+    four = _config("--env", "pettingzoo:connect_four_v3").selfplay
+    assert four is not None and four.openings == 0  # the record's: none
+    conf = tmp_path / "c4.yml"
+    conf.write_text("pettingzoo:tictactoe_v3:\n  n_timesteps: 2048\n  n_envs: 4\n  n_steps: 8\n  openings: 3\n")
+    from_file = _config("--env", "pettingzoo:tictactoe_v3", "--conf-file", str(conf))
+    assert from_file.selfplay is not None and from_file.selfplay.openings == 3
+    config = _config("--env", "pettingzoo:tictactoe_v3", "--conf-file", str(conf), "--openings", "4")
+    assert config.selfplay is not None and config.selfplay.openings == 4  # the option over the file
+    assert config.record(tmp_path)["openings"] == 4  # evaluation.json records it
+    model = MaskablePPO("MlpPolicy", DummyVecEnv([lambda: SeatEnv("tictactoe_v3")]), n_steps=8)
+    collector = build_collector(config, model, "tictactoe_v3")
+    try:
+        assert collector.env.openings == 4 and collector.env.batch_size == (4,)
+    finally:
+        collector.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("env", "openings", "says"),
+    [
+        ("pettingzoo:leduc_holdem_v4", "2", "random openings are for connect_four_v3 and tictactoe_v3"),
+        ("pettingzoo:tictactoe_v3", "5", "past 4 moves a random move can end a game of tictactoe_v3"),
+        ("Taxi-v4", "2", "--openings is for a pettingzoo:<game>'s self-play"),
+    ],
+    ids=["no-boards", "too-long", "gymnasium"],
+)
+def test_openings_that_do_not_fit_the_game_are_refused_naming_the_fix(env: str, openings: str, says: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(says)):
+        _config("--env", env, "--openings", openings)

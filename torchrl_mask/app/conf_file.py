@@ -3,7 +3,7 @@ top-level keys are env ids (``default`` for any other env), each holding ``n_tim
 ``policy_kwargs`` and MaskablePPO's own arguments (`rl-baselines3-zoo <https://github.com/DLR-RM/rl-baselines3-zoo>`_).
 
 An entry for a ``pettingzoo:<game>`` may also hold self-play's keys (``pool_size``, ``league_players``,
-``fixed_share``, ``self_share``, ``images``, ``threads``: those of a game's record in
+``fixed_share``, ``self_share``, ``images``, ``openings``, ``threads``: those of a game's record in
 :mod:`torchrl_mask.games.profile`). The file is read with YAML's safe loader (no ``!!python`` tags) and every value
 is checked (:mod:`torchrl_mask.app.hyperparams`) before anything is trained or written. Nothing heavy is imported.
 """
@@ -104,6 +104,7 @@ _SELFPLAY_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "fixed_share": (lambda v: v in (None, "none") or _is_number(v, 0, 1), "a share from 0 to 1, or none"),
     "self_share": (lambda v: _is_number(v, 0, 1, high_open=True), "a share in [0, 1)"),
     "images": (lambda v: v in ("all", "random"), "all or random"),
+    "openings": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a whole number >= 0"),
     "threads": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number >= 1"),
 }
 

@@ -80,6 +80,8 @@ class SelfPlay:
         game's (Connect Four's mirror, tic-tac-toe's eight) with ``ppo_mask``, none with an LSTM.
     :param images: with the game's symmetries: ``"all"`` trains on each move and all its images, ``"random"`` on
         each move as one of them drawn at random (:class:`~torchrl_mask.SelfPlayPolicy`'s ``images``).
+    :param openings: each training game opens with a number of random legal moves drawn from 0 to ``openings``
+        (:class:`~torchrl_mask.TurnBasedEnv`'s ``openings``); 0: every game from the empty board.
     """
 
     pool_size: int = 0
@@ -88,6 +90,7 @@ class SelfPlay:
     self_share: float = 0.0
     symmetries: bool | None = None
     images: Images = "all"
+    openings: int = 0
 
     @property
     def has_league(self) -> bool:
@@ -210,6 +213,7 @@ def train_config(
     self_share: float | None = None,
     symmetries: bool | None = None,
     images: Images | None = None,
+    openings: int | None = None,
     **rest: Any,
 ) -> TrainConfig:
     """The run a user asks for: what they gave, the env's defaults for the rest (see the module).
@@ -233,6 +237,7 @@ def train_config(
     :param self_share: ``--self-share``.
     :param symmetries: ``--symmetries`` / ``--no-symmetries``.
     :param images: ``--images``.
+    :param openings: ``--openings``.
     :return: the configuration, not yet checked against files, the env or the device.
     :raises UsageError: an unreadable ``--conf-file``, refused ``--hyperparams``, no ``n_timesteps``, ``policy_kwargs``
         given with ``-i``, too many threads, or a self-play option that does not fit the env.
@@ -262,6 +267,7 @@ def train_config(
         "self_share": self_share,
         "symmetries": symmetries,
         "images": images,
+        "openings": openings,
     }
     if profile is None:
         _refuse_game_options(env_id, options)
@@ -361,6 +367,8 @@ def _selfplay(profile: GameProfile, algo: str, given: dict[str, Any]) -> SelfPla
     fixed_share = given.get("fixed_share", profile.fixed_share if league else None)
     symmetries = given.get("symmetries")
     images = _images(profile, algo, symmetries, given.get("images"))
+    openings = int(given.get("openings", profile.openings))
+    _check_openings(profile, openings)
     return SelfPlay(
         pool_size=pool_size,
         league_players=players,
@@ -368,7 +376,24 @@ def _selfplay(profile: GameProfile, algo: str, given: dict[str, Any]) -> SelfPla
         self_share=float(given.get("self_share", profile.self_share if league else 0.0)),
         symmetries=symmetries,
         images=images,
+        openings=openings,
     )
+
+
+def _check_openings(profile: GameProfile, openings: int) -> None:
+    """Refuse ``--openings`` for a game without numpy boards, or longer than an opening that cannot end the game."""
+    from torchrl_mask.games.boards import BOARD_GAMES, opening_limit  # numpy only
+
+    if openings and profile.name not in BOARD_GAMES:
+        raise UsageError(
+            f"--openings {openings}: random openings are for {' and '.join(sorted(BOARD_GAMES))}, whose openings can "
+            f"be kept short of any game's end; {profile.name} has none; leave --openings out."
+        )
+    if openings > (limit := opening_limit(profile.name) if openings else 0):
+        raise UsageError(
+            f"--openings {openings}: past {limit} moves a random move can end a game of {profile.name}; use "
+            f"--openings {limit} or less."
+        )
 
 
 def _check_players(profile: GameProfile, players: tuple[str, ...]) -> None:

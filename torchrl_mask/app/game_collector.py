@@ -88,4 +88,5 @@ def build_collector(
         threads=config.threads,
         seed=config.seed,
         engine=engine,
+        openings=selfplay.openings,
     )

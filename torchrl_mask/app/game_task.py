@@ -112,6 +112,8 @@ class GameTask:
             opponents += f"; each move trained on as one of its images drawn at random, itself among them: {drawn}"
         elif images:
             opponents += f"; each move also trained on in its images: {', '.join(images)}"
+        if selfplay.openings:
+            opponents += f"; each game opens with 0 to {selfplay.openings} random moves"
         workers = worker_count(config.n_envs) if config.collector == "multisync" else 0
         where = f" in {workers} worker process{'es' if workers > 1 else ''}" if workers else ""
         threads = f", {config.threads} torch threads" if config.threads > 1 else ""

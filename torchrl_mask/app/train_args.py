@@ -153,6 +153,19 @@ def _add_league(train: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_openings(train: argparse.ArgumentParser) -> None:
+    """Where a board game's training games start."""
+    train.add_argument(
+        "--openings",
+        type=non_negative_int,
+        default=None,
+        metavar="N",
+        help="pettingzoo:<game> with numpy boards only (connect_four_v3 up to 6, tictactoe_v3 up to 4): open each "
+        "training game with 0 to N random legal moves, drawn uniformly, so that the learner meets varied positions "
+        "(default: the game's, 0)",
+    )
+
+
 def _add_what_to_write(train: argparse.ArgumentParser) -> None:
     """Where the run writes, and what: periodic evaluations, checkpoints, TensorBoard, SB3's logger."""
     defaults = TrainConfig()
@@ -230,6 +243,7 @@ def add_train_arguments(train: argparse.ArgumentParser) -> None:
     """
     _add_what_to_train(train)
     _add_league(train)
+    _add_openings(train)
     _add_what_to_write(train)
     _add_how_to_run(train)
 

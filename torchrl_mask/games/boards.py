@@ -28,13 +28,25 @@ import numpy as np
 
 from torchrl_mask.games.players import board_lines
 
-__all__ = ["BOARD_GAMES", "BoardGames"]
+__all__ = ["BOARD_GAMES", "BoardGames", "opening_limit"]
 
 # game -> (height, width, the cells in a winning line, whether a move drops to the lowest empty row of a column)
 BOARD_GAMES: dict[str, tuple[int, int, int, bool]] = {
     "connect_four_v3": (6, 7, 4, True),
     "tictactoe_v3": (3, 3, 3, False),
 }
+
+
+def opening_limit(game: str) -> int:
+    """The most moves that can open a game of :data:`BOARD_GAMES` without ending it: no seat can complete a line
+    before its ``length``-th piece, so ``2 * (length - 1)`` moves (6 in Connect Four, 4 in tic-tac-toe) never do.
+
+    :param game: ``"connect_four_v3"`` or ``"tictactoe_v3"``.
+    :raises ValueError: a game without arrays here.
+    """
+    if game not in BOARD_GAMES:
+        raise ValueError(f"{game!r} has no numpy boards; those are for {sorted(BOARD_GAMES)}.")
+    return 2 * (BOARD_GAMES[game][2] - 1)
 
 
 class BoardGames:
@@ -107,6 +119,19 @@ class BoardGames:
         """
         self.cells[rows] = 0
         self.mover[rows] = 0
+
+    def play(self, row: int, action: int) -> None:
+        """Play ``action`` in game ``row`` alone, then pass its move to the other seat; no line is checked (an
+        opening's move: :func:`opening_limit`).
+
+        :param row: the game.
+        :param action: a legal column (Connect Four) or empty cell (tic-tac-toe) of that game.
+        """
+        cell = action
+        if self.drops:  # the lowest empty cell of the column
+            cell = (int(np.count_nonzero(self.board[row, :, action] == 0)) - 1) * self.width + action
+        self.cells[row, cell] = self.mover[row] + 1
+        self.mover[row] = 1 - self.mover[row]
 
     def legal(self) -> np.ndarray:
         """The legal moves of every game, bool ``(n, n_actions)``: the columns whose top cell is empty (Connect

@@ -41,11 +41,16 @@ def worker_count(n_games: int, cores: int | None = None) -> int:
 
 
 def _game_env(
-    game: str, opponents: int, n_games: int | None, primer: TensorDictPrimer | None, engine: str = "auto"
+    game: str,
+    opponents: int,
+    n_games: int | None,
+    primer: TensorDictPrimer | None,
+    engine: str = "auto",
+    openings: int = 0,
 ) -> EnvBase:
     """One :class:`~torchrl_mask.TurnBasedEnv` (in a worker process with ``multisync``), with the LSTM policy's
     primer appended when there is one (every seat's states in its specs)."""
-    env = TurnBasedEnv(game, opponents, n_games=n_games, engine=engine)
+    env = TurnBasedEnv(game, opponents, n_games=n_games, engine=engine, openings=openings)
     return env if primer is None else env.append_transform(primer)
 
 
@@ -59,6 +64,7 @@ def selfplay_collector(
     threads: int = 1,
     seed: int = 0,
     engine: str = "auto",
+    openings: int = 0,
 ) -> BaseCollector:
     """A collector of ``frames`` moves a batch (every seat's), never ending by itself.
 
@@ -73,13 +79,15 @@ def selfplay_collector(
     :param seed: seeds the games.
     :param engine: :class:`~torchrl_mask.TurnBasedEnv`'s ``engine`` (``"pettingzoo"``: the game's own env even where
         numpy boards play it).
+    :param openings: :class:`~torchrl_mask.TurnBasedEnv`'s ``openings``: each game opens with up to that many
+        random legal moves.
     :return: the collector.
     """
     primer = policy.make_tensordict_primer() if isinstance(policy, RecurrentSelfPlayPolicy) else None
     if multisync:  # a worker's share of the games in one env (the reader flattens them)
         workers = worker_count(n_games)
         share = n_games // workers
-        makers = [partial(_game_env, game, opponents, share if share > 1 else None, primer, engine)] * workers
+        makers = [partial(_game_env, game, opponents, share if share > 1 else None, primer, engine, openings)] * workers
         collector: BaseCollector = MultiSyncCollector(
             makers,
             policy,
@@ -91,7 +99,7 @@ def selfplay_collector(
         collector.set_seed(seed)
         collector.reset()
         return collector
-    games = _game_env(game, opponents, n_games, primer, engine)  # one env, one policy forward for all games
+    games = _game_env(game, opponents, n_games, primer, engine, openings)  # one env, one policy forward for all games
     games.set_seed(seed)
     # the env carries what the policy reads already ("is_init"; the LSTM primer appended above): nothing to add
     return Collector(games, policy, frames_per_batch=frames, total_frames=-1, auto_register_policy_transforms=False)

@@ -61,7 +61,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-from torchrl_mask.games.boards import BOARD_GAMES, BoardGames
+from torchrl_mask.games.boards import BOARD_GAMES, BoardGames, opening_limit
 
 __all__ = ["TurnBasedEnv", "deal_seeds", "game_seed", "game_spaces", "make_game"]
 
@@ -156,6 +156,23 @@ def _engine(game: str | Any, engine: str) -> str:
     return "numpy" if engine != "pettingzoo" and has_boards else "pettingzoo"
 
 
+def _openings(game: str | Any, openings: int) -> int:
+    """``openings`` if no opening that long can end ``game`` (a board game of :data:`BOARD_GAMES`, by name)."""
+    if openings == 0:
+        return 0
+    if not isinstance(game, str) or game not in BOARD_GAMES:
+        raise ValueError(
+            f"openings={openings} with {game!r}: random openings are for {sorted(BOARD_GAMES)} by name, whose "
+            "openings can be bounded so that none ends the game; use openings=0."
+        )
+    limit = opening_limit(game)
+    if not 0 <= openings <= limit:
+        raise ValueError(
+            f"openings={openings} with {game}: give 0 to {limit} moves (past {limit}, a random move can end the game)."
+        )
+    return openings
+
+
 def game_spaces(game: Any) -> tuple[spaces.Box, spaces.Discrete]:
     """The mover's observation (the Dict's ``"observation"`` entry) and action space, the same for every seat.
 
@@ -198,10 +215,14 @@ class TurnBasedEnv(EnvBase):
     :param engine: what plays the moves: ``"pettingzoo"`` the game's own AEC env, one per game; ``"numpy"`` all
         the games at once in arrays (:class:`~torchrl_mask.games.boards.BoardGames`, Connect Four and tic-tac-toe
         by name: the same game, entry for entry); ``"auto"`` numpy where the game has it.
+    :param openings: each game dealt opens with a number of random legal moves drawn uniformly from 0 to
+        ``openings`` (the learner's games then start from varied positions); 0 starts every game at its first
+        move. For Connect Four and tic-tac-toe by name, at most 6 and 4 moves: none of those can end a game.
     :raises ValueError: a game without masked Dict observations, or whose actions are not Discrete; ``n_games``
         below 1, or above 1 with an env instance.
     :raises ValueError: an illegal move at :meth:`step` (no game's move is played).
-    :raises ValueError: an unknown ``engine``, or ``"numpy"`` for a game without arrays.
+    :raises ValueError: an unknown ``engine``, or ``"numpy"`` for a game without arrays; ``openings`` for another
+        game, or longer than the game allows.
     """
 
     def __init__(
@@ -211,6 +232,7 @@ class TurnBasedEnv(EnvBase):
         device: Any = "cpu",
         n_games: int | None = None,
         engine: str = "auto",
+        openings: int = 0,
     ) -> None:
         if n_games is not None and (n_games < 1 or (n_games > 1 and not isinstance(game, str))):
             raise ValueError(
@@ -218,6 +240,7 @@ class TurnBasedEnv(EnvBase):
                 "'connect_four_v3') for more than one game, so that each game gets its own env."
             )
         self.engine = _engine(game, engine)
+        self.openings = _openings(game, openings)
         super().__init__(device=device, batch_size=() if n_games is None else (n_games,))
         # with numpy boards, one PettingZoo env (never stepped) still gives the seats and the spaces
         self.games = [make_game(game) for _ in range(1 if self.engine == "numpy" else n_games or 1)]
@@ -308,6 +331,8 @@ class TurnBasedEnv(EnvBase):
         chosen = range(n) if reset is None else np.flatnonzero(reset.reshape(n).cpu().numpy()).tolist()
         arrays = self._arrays(n)
         arrays["is_init"][:] = True
+        if self.boards is not None:
+            self.boards.reset(np.asarray(chosen, dtype=np.int64))
         for index in chosen:
             if self.opponents > 0:
                 self._draws[index] = (self._rng.integers(len(self.seats)), self._rng.integers(self.opponents))
@@ -315,13 +340,26 @@ class TurnBasedEnv(EnvBase):
                 self._chosen[index] = False
             if self.boards is None:  # each game dealt with its own seed (the deals' generators are the games' own)
                 self.games[index].reset(seed=None if self._deals is None else next(self._deals[index]))
+            self._open(index)
+            if self.boards is None:
                 self._observe(index, arrays)
         if self.boards is not None:  # every board's view: the games not reset keep theirs (see below)
-            self.boards.reset(np.asarray(chosen, dtype=np.int64))
             self._board_views(arrays)
         # games not reset: rows left as they are (TorchRL keeps those games' entries from the tensordict)
         arrays.update({key: np.zeros((n, 1), dtype=bool) for key in _DONE_KEYS})
         return self._wrap(arrays, self._draws)
+
+    def _open(self, index: int) -> None:
+        """Play game ``index``'s opening: a number of moves drawn uniformly from 0 to :attr:`openings`, each a
+        legal move drawn uniformly, from the env's seeded generator (the same draws on either engine)."""
+        for _ in range(int(self._rng.integers(self.openings + 1)) if self.openings else 0):
+            if self.boards is not None:
+                move = int(self._rng.choice(np.flatnonzero(self.boards.legal()[index])))
+                self.boards.play(index, move)
+            else:
+                game = self.games[index]
+                move = int(self._rng.choice(np.flatnonzero(game.observe(game.agent_selection)["action_mask"])))
+                game.step(move)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         moves = tensordict.get("action").reshape(-1).cpu().numpy().astype(np.int64)

@@ -36,7 +36,7 @@ Images = Literal["all", "random"]
 DEFAULT = "default"  # the record of a game the file does not list
 #: The keys of a record (and of a ``--conf-file`` entry for a game) that say how self-play trains, beside the
 #: training keys rl-zoo3 knows.
-SELFPLAY_KEYS = ("pool_size", "league_players", "fixed_share", "self_share", "images", "threads")
+SELFPLAY_KEYS = ("pool_size", "league_players", "fixed_share", "self_share", "images", "openings", "threads")
 _EVALUATION_KEYS = ("ladder", "symmetries")
 _WIN_RATE_UNIT = "result (+1 win, 0 draw, -1 loss)"
 _NO_HEURISTIC = (
@@ -57,6 +57,8 @@ class GameProfile:
     :param fixed_share: the fixed players' share of the league's games; None: one draw over all the opponents.
     :param self_share: the share of the league's games it plays against itself.
     :param images: ``"all"`` or ``"random"``: how a move's images are trained on, where the game has symmetries.
+    :param openings: each training game opens with up to this many random legal moves (0: none; Connect Four and
+        tic-tac-toe only, :class:`~torchrl_mask.TurnBasedEnv`'s ``openings``).
     :param threads: torch CPU threads by default.
     :param metric: the evaluation's metric: ``"win_rate"``, ``"chips"`` or ``"score"``.
     :param unit: what the game's rewards count.
@@ -75,6 +77,7 @@ class GameProfile:
     fixed_share: float | None = None
     self_share: float = 0.0
     images: Images = "all"
+    openings: int = 0
     threads: int = 1
     metric: str = "win_rate"
     unit: str = _WIN_RATE_UNIT
@@ -106,6 +109,7 @@ def _profile(name: str, entry: dict[str, Any]) -> GameProfile:
         fixed_share=entry.get("fixed_share"),
         self_share=float(entry.get("self_share", 0.0)),
         images=entry.get("images", "all"),
+        openings=int(entry.get("openings", 0)),
         threads=int(entry.get("threads", 1)),
         metric=ladder["metric"],
         unit=ladder.get("unit", _WIN_RATE_UNIT),
