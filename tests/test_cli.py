@@ -352,25 +352,36 @@ def test_console_script_shows_help_with_rl_zoo_options_and_each_default_once() -
     assert out_help.count("default") == 1 and "checkpoints" in out_help, out_help
 
 
-# Help, and an option refused before any file or env is looked at, for each command.
+# Help, an option refused before any file or env is looked at, for each command, and an --env that names nothing
+# (found by its registry alone): each case's arguments, and what its one line says (help: nothing on stderr).
 ANSWERED_WITHOUT_TORCH = {
-    "train-help": ["train", "--help"],
-    "train-refused": ["train", "--env", "Taxi-v4", "--pool-size", "2"],
-    "tune-refused": ["tune", "--env", "Taxi-v4", "-n", "8", "--n-evaluations", "9"],
-    "play-refused": ["play", "--env", "pettingzoo:foo_v1", "-i", "model.zip"],
+    "train-help": (["train", "--help"], ""),
+    "train-refused": (["train", "--env", "Taxi-v4", "--pool-size", "2"], "--pool-size is for a pettingzoo:<game>"),
+    "tune-refused": (
+        ["tune", "--env", "Taxi-v4", "-n", "8", "--n-evaluations", "9"],
+        "the smallest rollout a trial draws",
+    ),
+    "play-refused": (["play", "--env", "pettingzoo:foo_v1", "-i", "model.zip"], "'foo_v1' is not a PettingZoo"),
+    "train-unknown-env": (["train", "--env", "NoSuchEnv-v0"], "Environment `NoSuchEnv` doesn't exist"),
+    "train-unknown-game": (["train", "--env", "pettingzoo:foo_v1"], "'foo_v1' is not a PettingZoo classic game"),
+    "train-unknown-instance": (["train", "--env", "jobshop:nosuch"], "unknown job-shop instance 'nosuch'"),
+    "tune-unknown-env": (["tune", "--env", "Taxi-v1"], "version v1 for `Taxi` is deprecated"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(ANSWERED_WITHOUT_TORCH))
 def test_help_and_a_refused_option_answer_before_torch_is_imported(case: str, tmp_path: Path) -> None:
+    argv, says = ANSWERED_WITHOUT_TORCH[case]
     code = (
         "import sys\nfrom torchrl_mask.app.cli import main\n"
         "try:\n    main(sys.argv[1:])\nfinally:\n    print('torch imported:', 'torch' in sys.modules)\n"
     )
-    run = subprocess.run([sys.executable, "-c", code, *ANSWERED_WITHOUT_TORCH[case]], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", code, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.stdout.endswith("torch imported: False\n"), run.stdout[-500:] + run.stderr
-    assert case == "train-help" or run.stderr.startswith("torchrl-mask: error: "), run.stderr
+    if says:
+        assert run.stderr.startswith("torchrl-mask: error: ") and says in run.stderr, run.stderr
+    else:
+        assert run.stderr == ""
     assert list(tmp_path.iterdir()) == []
 
 

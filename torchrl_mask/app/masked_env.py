@@ -27,6 +27,7 @@ from stable_baselines3.common.monitor import Monitor
 from torchrl.envs import TransformedEnv
 
 from torchrl_mask.app.hyperparams import UsageError
+from torchrl_mask.app.kinds import unregistered
 from torchrl_mask.torchrl.envs import ActionMaskInInfo, masked_gym_env
 
 __all__ = ["InfoActionMasker", "collector_env", "make_masked_env", "mask_env", "one_line", "user_env"]
@@ -87,16 +88,8 @@ def _make_env(env_id: str) -> gym.Env:
 def _make_user_env(env_id: str) -> gym.Env:
     try:
         return _make_env(env_id)
-    except gym.error.Error as err:  # unknown id, unknown version, deprecated version, missing extra
-        raise UsageError(
-            f"cannot make env {env_id!r}: {one_line(err)} Pass a registered gymnasium id with --env, "
-            "e.g. --env Taxi-v4 (see gymnasium.pprint_registry())."
-        ) from None
-    except ModuleNotFoundError as err:  # "some_module:Env-v0" with a module that is not installed
-        raise UsageError(
-            f"cannot make env {env_id!r}: {one_line(err)} Install the package that registers it, or pass a "
-            "registered gymnasium id with --env, e.g. --env Taxi-v4."
-        ) from None
+    except (gym.error.Error, ModuleNotFoundError) as err:  # unknown id or version, missing extra or module
+        raise unregistered(env_id, err) from None
 
 
 def make_masked_env(env_id: str) -> InfoActionMasker:

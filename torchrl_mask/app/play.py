@@ -26,7 +26,7 @@ from typing import Any, Literal, TextIO
 import numpy as np
 
 from torchrl_mask.app.hyperparams import UsageError
-from torchrl_mask.app.kinds import env_kind
+from torchrl_mask.app.kinds import check_env_id, env_kind
 
 __all__ = ["SEATS", "PlayConfig", "check_model_file", "play"]
 
@@ -198,6 +198,7 @@ def play(config: PlayConfig, read: Callable[[str], str] = input, out: TextIO = s
     kind = env_kind(config.env_id)
     if not kind.is_game:
         raise UsageError(f"--env {config.env_id}: play takes a pettingzoo:<game>, e.g. --env pettingzoo:tictactoe_v3.")
+    check_env_id(config.env_id)
     check_model_file(config.model_path)
     from torchrl_mask.games.env import make_game  # torch and the game, once the arguments are checked
 

@@ -26,7 +26,7 @@ from torchrl_mask.app.arg_types import HelpFormatter, hyperparam, n_timesteps, p
 from torchrl_mask.app.conf_file import load_conf_file
 from torchrl_mask.app.config import ALGOS
 from torchrl_mask.app.hyperparams import DEFAULT_HYPERPARAMS, UsageError, check_hyperparams, check_minibatches
-from torchrl_mask.app.kinds import env_kind
+from torchrl_mask.app.kinds import check_env_id, env_kind
 from torchrl_mask.games.profile import game_profile
 
 __all__ = ["PRUNERS", "SAMPLERS", "TuneConfig", "add_tune_parser", "check_tune_config", "storage_url", "tune_config"]
@@ -208,6 +208,7 @@ def _add_study_options(tune: argparse.ArgumentParser, defaults: TuneConfig) -> N
 def _fixed_part(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     """The file's entry (n_envs 1 if it gives none, as ``train``), or the built-in n_envs; ``--hyperparams`` over
     it; and the env steps per trial."""
+    check_env_id(args.env)
     kind = env_kind(args.env)
     if args.conf_file is None:  # a game's trials play as many games side by side as its train defaults
         defaults = game_profile(kind.name).hyperparams if kind.is_game else DEFAULT_HYPERPARAMS
