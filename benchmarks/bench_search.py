@@ -8,8 +8,10 @@ and the ratio). For each simulation count it plays each set's first ``--position
 (:func:`~torchrl_mask.games.perfect_play.mistake_rates` with ``limit``), and gives the seconds a move and the
 ratio to the network's own move played the same way (the network alone on the same sample is in the table too).
 With ``--solver-games N`` and bitbully installed it plays ``2N`` games against the perfect solver at each count
-(``N`` as first player). It also times TorchRL's ``MCTSForest.add`` of one Connect Four move against one network
-call (``mcts.py`` says why the search keeps its own nodes).
+(``N`` as first player). With ``--negamax-games N`` the network alone plays ``N`` games against a depth-``D``
+negamax (``--negamax-depth``, 4 by default; each seat half the games, seed 0). It also times TorchRL's
+``MCTSForest.add`` of one Connect Four move against one network call (``mcts.py`` says why the search keeps its own
+nodes).
 
 Writes ``OUT.json`` (every figure) and ``OUT.png`` (simulations against mistake rate, per set and mean, and
 against seconds a move). Timings on a shared machine are noisy; the ratios are paired within one run.
@@ -64,7 +66,14 @@ def forest_add_ratio(model: MaskablePPO, count: int = 300) -> dict[str, float]:
     return {"add_s": add / count, "network_call_s": guess / count, "add_over_network_call": add / guess}
 
 
-def run(model: MaskablePPO, simulations: list[int], positions: int, solver_games: int) -> dict[str, Any]:
+def run(
+    model: MaskablePPO,
+    simulations: list[int],
+    positions: int,
+    solver_games: int,
+    negamax_games: int = 0,
+    negamax_depth: int = 4,
+) -> dict[str, Any]:
     """Every figure of the module, as a JSON-able dict."""
     alone, alone_s = timed(mistake_rates, model_player(model))
     _, negamax_s = timed(mistake_rates, negamax(2))
@@ -76,6 +85,10 @@ def run(model: MaskablePPO, simulations: list[int], positions: int, solver_games
         "positions_per_set": positions,
         "by_simulations": {},
     }
+    if negamax_games:
+        records = play_games("connect_four_v3", model_player(model), negamax(negamax_depth), negamax_games, 0)
+        out[f"network_vs_negamax_{negamax_depth}"] = summarise(records, ["player_0", "player_1"], "win_rate")
+        print(f"negamax-{negamax_depth}", out[f"network_vs_negamax_{negamax_depth}"])
     base_s = None
     for count in simulations:
         rates, seconds = timed(mistake_rates, mcts_player(model, count), limit=positions)
@@ -124,10 +137,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--simulations", type=int, nargs="+", default=[0, 50, 200, 800])
     parser.add_argument("--positions", type=int, default=100, help="positions of each set searched")
     parser.add_argument("--solver-games", type=int, default=0, help="games as first player against the solver")
+    parser.add_argument("--negamax-games", type=int, default=0, help="network alone vs negamax, seats halved")
+    parser.add_argument("--negamax-depth", type=int, default=4)
     parser.add_argument("--out", type=Path, default=Path("search"))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    result = run(MaskablePPO.load(args.model, device="cpu"), args.simulations, args.positions, args.solver_games)
+    model = MaskablePPO.load(args.model, device="cpu")
+    result = run(model, args.simulations, args.positions, args.solver_games, args.negamax_games, args.negamax_depth)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     plot(result, args.out.with_suffix(".png"))
     print(f"wrote {args.out.with_suffix('.json')} and {args.out.with_suffix('.png')}")
