@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -111,3 +112,14 @@ def test_a_minibatch_of_one_row_or_a_rollout_too_big_is_refused(
 def test_a_last_minibatch_of_one_row_passes_without_advantage_normalisation() -> None:
     check_minibatches(65, 1, 64, normalize_advantage=False)
     check_minibatches(64, 2, 64)
+
+
+def test_a_run_without_out_gets_a_new_dated_folder_named_after_its_env() -> None:
+    from torchrl_mask.app.config import TrainConfig
+    from torchrl_mask.app.tune_args import TuneConfig
+
+    game = TrainConfig("pettingzoo:tictactoe_v3").output_dir().as_posix()
+    assert re.fullmatch(r"runs/pettingzoo_tictactoe_v3-\d{8}-\d{6}", game), game
+    study = TuneConfig("my_pkg:Env-v0").output_dir().as_posix()
+    assert re.fullmatch(r"runs/tune-my_pkg_Env-v0-\d{8}-\d{6}", study), study
+    assert TrainConfig(out=Path("here")).output_dir() == Path("here")

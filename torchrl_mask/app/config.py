@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import copy
 import os
-import re
-import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from torchrl_mask.app import run_folder
 from torchrl_mask.app.conf_file import load_conf_file
 from torchrl_mask.app.hyperparams import (
     DEFAULT_HYPERPARAMS,
@@ -168,10 +167,7 @@ class TrainConfig:
 
     def output_dir(self) -> Path:
         """The output folder: :attr:`out`, or ``runs/<env_id>-<date>-<time>`` (env id made file-safe)."""
-        if self.out is not None:
-            return self.out
-        safe_id = re.sub(r"[^A-Za-z0-9._-]+", "_", self.env_id)
-        return Path("runs") / f"{safe_id}-{time.strftime('%Y%m%d-%H%M%S')}"
+        return run_folder.dated_folder(self.env_id) if self.out is None else self.out
 
     def record(self, out: Path) -> dict[str, Any]:
         """The configuration as ``evaluation.json`` records it: every field by name, a game's options among them

@@ -49,20 +49,30 @@ class _RandomLegalPolicy:
         return choice, None
 
 
-def _episode_returns(player: Any, env: Any, episodes: int, use_masking: bool) -> Any:
-    """The returns of ``episodes`` deterministic episodes, by sb3-contrib's masked ``evaluate_policy``, or for a
-    recurrent model by :func:`~torchrl_mask.algorithms.recurrent_evaluation.evaluate_policy`, which keeps the LSTM
-    state (sb3-contrib's drops it)."""
+def _episode_returns(
+    player: Any, make_env: Callable[[], gym.Env], episodes: int, seed: int, use_masking: bool
+) -> np.ndarray:
+    """The returns of ``episodes`` deterministic episodes on a fresh env seeded ``seed + 10_000``, by sb3-contrib's
+    masked ``evaluate_policy``, or for a recurrent model by
+    :func:`~torchrl_mask.algorithms.recurrent_evaluation.evaluate_policy`, which keeps the LSTM state (sb3-contrib's
+    drops it). Played without masks on purpose, the warning for users who forget them is noise here."""
     evaluate_episodes = recurrent_evaluate_policy if isinstance(player, MaskableRecurrentPPO) else evaluate_policy
-    returns, _ = evaluate_episodes(
-        cast(Any, player),
-        env,
-        n_eval_episodes=episodes,
-        deterministic=True,
-        return_episode_rewards=True,
-        use_masking=use_masking,
-    )
-    return returns
+    env = make_vec_env(make_env, n_envs=1, seed=seed + EVAL_SEED_OFFSET)
+    try:
+        with warnings.catch_warnings():
+            if not use_masking:
+                warnings.simplefilter("ignore", UnmaskedPredictWarning)
+            returns, _ = evaluate_episodes(
+                cast(Any, player),
+                env,
+                n_eval_episodes=episodes,
+                deterministic=True,
+                return_episode_rewards=True,
+                use_masking=use_masking,
+            )
+    finally:
+        env.close()
+    return np.asarray(returns)
 
 
 def mean_return(
@@ -78,14 +88,7 @@ def mean_return(
     :param use_masking: play with the env's masks (False: the unmasked score, for comparison).
     :return: the mean episode return.
     """
-    env = make_vec_env(make_env, n_envs=1, seed=seed + EVAL_SEED_OFFSET)
-    try:
-        with warnings.catch_warnings():
-            if not use_masking:
-                warnings.simplefilter("ignore", UnmaskedPredictWarning)
-            return float(np.mean(_episode_returns(model, env, episodes, use_masking)))
-    finally:
-        env.close()
+    return float(np.mean(_episode_returns(model, make_env, episodes, seed, use_masking)))
 
 
 def evaluate(model: Any, make_env: Callable[[], gym.Env], episodes: int, seed: int) -> dict[str, dict[str, Any]]:
@@ -108,17 +111,11 @@ def evaluate(model: Any, make_env: Callable[[], gym.Env], episodes: int, seed: i
         "random": (_RandomLegalPolicy(model.action_space, seed), True),
     }
     for name, (player, use_masking) in players.items():
-        env = make_vec_env(make_env, n_envs=1, seed=seed + EVAL_SEED_OFFSET)
         try:
-            with warnings.catch_warnings():
-                if not use_masking:  # unmasked on purpose: the warning for users who forget masks is noise here
-                    warnings.simplefilter("ignore", UnmaskedPredictWarning)
-                returns = _episode_returns(player, env, episodes, use_masking)
+            returns = _episode_returns(player, make_env, episodes, seed, use_masking)
         except Exception as err:  # the env's own error: reported, the model is already saved
             results[name] = {"error": f"{type(err).__name__}: {' '.join(str(err).split())}"}
             continue
-        finally:
-            env.close()
         results[name] = {"mean": float(np.mean(returns)), "std": float(np.std(returns))}
     return results
 

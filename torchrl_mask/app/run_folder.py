@@ -6,7 +6,8 @@ left alone. While a run trains, a lock file (:data:`LOCK`, holding its process i
 same folder, with or without ``--overwrite``; it is removed when the run ends, also on an error or an interrupt.
 A lock left by a process that no longer runs (killed with SIGKILL) does not count. A folder the run created
 (the output folder, its ``monitor/``) and left empty, as a run interrupted before it wrote anything leaves it, is
-removed again (:func:`remove_if_empty`). Nothing heavy is imported.
+removed again (:func:`remove_if_empty`). Without ``--out`` a run gets a new folder under ``runs/`` named after its env
+and the time (:func:`dated_folder`). Nothing heavy is imported.
 
 Example:
     >>> import tempfile
@@ -22,14 +23,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from torchrl_mask.app.hyperparams import UsageError
 
-__all__ = ["LOCK", "OWNED", "check_folder", "check_out", "claim", "remove_if_empty"]
+__all__ = ["LOCK", "OWNED", "check_folder", "check_out", "claim", "dated_folder", "remove_if_empty"]
 
 LOCK = ".torchrl-mask.lock"
 # What a run writes into its folder (glob patterns), removed by --overwrite.
@@ -46,6 +49,15 @@ OWNED = (
     "crash.txt",
     LOCK,
 )
+
+
+def dated_folder(name: str) -> Path:
+    """The folder of a run given no ``--out``: ``runs/<name>-<date>-<time>``, the name made file-safe.
+
+    :param name: what the run is of (``"Taxi-v4"``, ``"tune-Taxi-v4"``); other characters than letters, digits,
+        ``.``, ``_`` and ``-`` become ``_`` (``pettingzoo:tictactoe_v3`` is ``pettingzoo_tictactoe_v3``).
+    """
+    return Path("runs") / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', name)}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def check_folder(folder: Path, option: str) -> Path:

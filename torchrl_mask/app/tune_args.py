@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,12 +84,7 @@ class TuneConfig:
 
     def output_dir(self) -> Path:
         """The output folder: :attr:`out`, or ``runs/tune-<env_id>-<date>-<time>`` (env id made file-safe)."""
-        if self.out is not None:
-            return self.out
-        import time
-
-        safe_id = re.sub(r"[^A-Za-z0-9._-]+", "_", self.env_id)
-        return Path("runs") / f"tune-{safe_id}-{time.strftime('%Y%m%d-%H%M%S')}"
+        return run_folder.dated_folder(f"tune-{self.env_id}") if self.out is None else self.out
 
     def name(self) -> str:
         """The study's name: :attr:`study_name`, or ``<algo>-<env id>``."""
