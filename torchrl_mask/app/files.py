@@ -16,14 +16,16 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-__all__ = ["NotWritten", "signals_held", "write_file", "write_text"]
+__all__ = ["NotWritten", "signals_held", "write_file", "write_json", "write_text"]
 
 
 class NotWritten(OSError):
@@ -98,3 +100,13 @@ def write_text(path: Path, text: str) -> list[int]:
         partial.write_text(text, encoding="utf-8")
 
     return write_file(path, write)
+
+
+def write_json(path: Path, record: dict[str, Any]) -> list[int]:
+    """Write ``record`` to ``path`` whole, as indented JSON (paths and other objects as their text).
+
+    :param path: the file (``evaluation.json``).
+    :param record: a dict of JSON values, paths among them.
+    :return: the signals that arrived while writing.
+    """
+    return write_text(path, json.dumps(record, indent=2, default=str) + "\n")

@@ -25,7 +25,6 @@ from torchrl_mask.app.config import ALGOS, SelfPlay, TrainConfig
 from torchrl_mask.app.game_collector import SNAPSHOTS, build_collector, run_symmetries, worker_count
 from torchrl_mask.app.hyperparams import UsageError
 from torchrl_mask.app.models import ALGORITHMS, Model, build_model, model_kwargs
-from torchrl_mask.app.pipeline import checkpoint_files
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
 from torchrl_mask.app.trained_agent import check_trained_agent
 from torchrl_mask.games.env import game_spaces, make_game
@@ -179,8 +178,7 @@ class GameTask:
         used = selfplay_files.hyperparams_used(model, config.hyperparams)
         selfplay_files.write_evaluation(out, config, evaluation, used)
         selfplay_files.plot_win_rates(points, evaluation, config.env_id, out / "learning_curve.png")
-        files = ["model.zip", "evaluation.json", "learning_curve.png"] + (["win_rates.csv"] if points else [])
-        return files + checkpoint_files(out)
+        return ["evaluation.json", "learning_curve.png"]
 
     def report(self, evaluation: dict[str, Any]) -> list[str]:
         config = self.config

@@ -20,7 +20,6 @@ It writes, besides ``model.zip`` (:mod:`torchrl_mask.app.pipeline`):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -38,11 +37,10 @@ from torchrl_mask.algorithms.collector_checks import was_shut_down
 from torchrl_mask.algorithms.recurrent_evaluation import MaskableRecurrentEvalCallback
 from torchrl_mask.app import results, run_folder
 from torchrl_mask.app.config import ALGOS, TrainConfig
-from torchrl_mask.app.files import write_text
+from torchrl_mask.app.files import write_json, write_text
 from torchrl_mask.app.hyperparams import UsageError
 from torchrl_mask.app.masked_env import make_masked_env, mask_env
 from torchrl_mask.app.models import ALGORITHMS, Model, build_model, model_kwargs, recorded_policy_kwargs
-from torchrl_mask.app.pipeline import checkpoint_files
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
 from torchrl_mask.app.train_collectors import make_collector
 from torchrl_mask.app.trained_agent import check_trained_agent
@@ -60,7 +58,6 @@ COLLECTOR_TEXT = {
     "sync": "TorchRL Collector over a SerialEnv",
     "multisync": "TorchRL MultiSyncCollector, one worker process each",
 }
-_OUTPUT_FILES = ("model.zip", "learning_curve.png", "learning_curve.csv", "evaluation.json")
 _REPORT_ROWS = {
     "masked": "trained policy, with masks",
     "unmasked": "trained policy, without masks",
@@ -232,10 +229,8 @@ class GymTask:
         recorded = config.record(out)
         if config.trained_agent is not None:  # its saved policy was kept: record that one
             recorded["hyperparams"]["policy_kwargs"] = recorded_policy_kwargs(model)
-        record = {"config": recorded, "evaluation": evaluation}
-        write_text(out / "evaluation.json", json.dumps(record, indent=2, default=str) + "\n")
-        files = [*_OUTPUT_FILES, *checkpoint_files(out)]
-        return files + [name for name in ("best_model.zip", "evaluations.npz") if (out / name).exists()]
+        write_json(out / "evaluation.json", {"config": recorded, "evaluation": evaluation})
+        return ["learning_curve.png", "evaluation.json"]
 
     def report(self, evaluation: dict[str, Any]) -> list[str]:
         config = self.config

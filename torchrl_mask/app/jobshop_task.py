@@ -16,17 +16,15 @@ A ``random:JxM`` run is judged on one instance of that size drawn with the run's
 
 from __future__ import annotations
 
-import json
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from torchrl_mask.app.config import ALGOS, TrainConfig
-from torchrl_mask.app.files import write_file, write_text
+from torchrl_mask.app.files import write_file, write_json
 from torchrl_mask.app.gym_task import GymTask
 from torchrl_mask.app.hyperparams import UsageError
 from torchrl_mask.app.models import Model
-from torchrl_mask.app.pipeline import checkpoint_files
 from torchrl_mask.app.results import EVAL_SEED_OFFSET
 
 __all__ = ["JobShopTask"]
@@ -117,12 +115,10 @@ class JobShopTask(GymTask):
 
     def write(self, model: Model, evaluation: dict[str, Any], out: Path) -> list[str]:
         config = self.config
-        record = {"config": config.record(out), "evaluation": evaluation}
-        write_text(out / "evaluation.json", json.dumps(record, indent=2, default=str) + "\n")
+        write_json(out / "evaluation.json", {"config": config.record(out), "evaluation": evaluation})
         title = f"{config.env_id}: makespan {evaluation['makespan']}"
         write_file(out / "gantt.png", partial(_scheduling().plot_gantt, self.schedule, title=title, format="png"))
-        files = ["model.zip", "learning_curve.csv", "evaluation.json", "gantt.png", *checkpoint_files(out)]
-        return files + [name for name in ("best_model.zip", "evaluations.npz") if (out / name).exists()]
+        return ["evaluation.json", "gantt.png"]
 
     def report(self, evaluation: dict[str, Any]) -> list[str]:
         def gap(value: float | None) -> str:

@@ -47,7 +47,7 @@ __all__ = [
     "Terminated",
     "TrainingFailed",
     "TrainingInterrupted",
-    "checkpoint_files",
+    "callback_files",
     "checkpoints",
     "failed",
     "run",
@@ -142,7 +142,8 @@ class Task(Protocol):
         """The final evaluation."""
 
     def write(self, model: Any, evaluation: dict[str, Any], out: Path) -> list[str]:
-        """Write the evaluation's files; the names written."""
+        """Write the evaluation's files; the names written (the model, the curve and the callbacks' files are
+        :func:`run`'s to list)."""
 
     def report(self, evaluation: dict[str, Any]) -> list[str]:
         """The lines that show the evaluation."""
@@ -211,9 +212,11 @@ class WholeCheckpoints(CheckpointCallback):
         return True
 
 
-def checkpoint_files(out: Path) -> list[str]:
-    """The checkpoints :func:`checkpoints` wrote into ``out``, by name."""
-    return sorted(path.name for path in out.glob("rl_model_*_steps.zip"))
+def callback_files(out: Path) -> list[str]:
+    """What rl-zoo3's callbacks wrote into ``out``, by name: the checkpoints of :func:`checkpoints`, and the best
+    model and the evaluations of sb3-contrib's periodic evaluation."""
+    checkpoints = sorted(path.name for path in out.glob("rl_model_*_steps.zip"))
+    return checkpoints + [name for name in ("best_model.zip", "evaluations.npz") if (out / name).exists()]
 
 
 def failed(out: Path, stage: str, error: BaseException) -> TrainingFailed:
@@ -259,8 +262,9 @@ def _interrupt(signals: list[int]) -> KeyboardInterrupt:
     return Terminated() if signal.SIGTERM in signals else KeyboardInterrupt()
 
 
-def _learn_and_save(plan: Plan) -> Any:
-    """Build and train; save the model and the curve however training ends, then say how it ended."""
+def _learn_and_save(plan: Plan) -> tuple[Any, list[str]]:
+    """Build and train; save the model and the curve however training ends, then say how it ended; the model, and
+    the curve's files."""
     task, out = plan.task, plan.out
     stop: BaseException | None = None
     try:
@@ -275,8 +279,9 @@ def _learn_and_save(plan: Plan) -> Any:
     finally:
         task.close()
     held = _save(model, out)
+    progress: list[str] = []
     try:
-        task.write_progress(model, out)
+        progress = task.write_progress(model, out)
     except Exception as error:  # the curve: after an earlier error or interrupt, that one is what the run says
         if stop is None:
             raise failed(out, f"writing {task.files_text}", error) from error
@@ -286,11 +291,11 @@ def _learn_and_save(plan: Plan) -> Any:
         raise failed(out, f"training (at {task.unit} {model.num_timesteps:,})", stop) from stop
     if held:  # a signal came while the model was written: the run stops here, its model whole
         raise TrainingInterrupted(out, model.num_timesteps) from _interrupt(held)
-    return model
+    return model, progress
 
 
 def _evaluate_and_write(plan: Plan, model: Any) -> tuple[dict[str, Any], list[str]]:
-    """The final evaluation, then the files; the model is saved already."""
+    """The final evaluation, then the task's files; the model is saved already."""
     task, out = plan.task, plan.out
     try:
         evaluation = task.evaluate(model)
@@ -322,6 +327,6 @@ def run(plan: Plan) -> RunResult:
 
     torch.set_num_threads(plan.config.threads)
     with run_folder.claim(plan.out, plan.config.overwrite):
-        model = _learn_and_save(plan)
-        evaluation, files = _evaluate_and_write(plan, model)
-    return RunResult(model, plan.out, evaluation, files)
+        model, progress = _learn_and_save(plan)
+        evaluation, written = _evaluate_and_write(plan, model)
+    return RunResult(model, plan.out, evaluation, [MODEL_FILE, *progress, *written, *callback_files(plan.out)])

@@ -17,7 +17,6 @@ same ``evaluation.json`` bytes (the output path aside) and the same ``win_rates.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from torchrl_mask.app.config import TrainConfig
-from torchrl_mask.app.files import write_file, write_text
+from torchrl_mask.app.files import write_file, write_json, write_text
 
 __all__ = ["hyperparams_used", "moves_at_seconds", "moves_axis", "plot_win_rates", "write_curve", "write_evaluation"]
 
@@ -70,7 +69,7 @@ def write_evaluation(out: Path, config: TrainConfig, evaluation: dict[str, Any],
     :param used: :func:`hyperparams_used`.
     """
     record = {**evaluation, "games": config.eval_episodes, "config": config.record(out), "used": used}
-    write_text(out / "evaluation.json", json.dumps(record, indent=2, default=str) + "\n")
+    write_json(out / "evaluation.json", record)
 
 
 def _final_text(evaluation: dict[str, Any]) -> str:
