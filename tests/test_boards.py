@@ -80,9 +80,11 @@ def test_random_openings_deal_every_length_up_to_the_limit_and_never_a_finished_
 
 
 def test_random_openings_are_refused_where_a_game_could_end_in_one_or_has_no_bound() -> None:
-    with pytest.raises(ValueError, match=r"openings=7 with connect_four_v3: give 0 to 6 moves"):
+    too_long = r"openings=7: give 0 to 6 moves; past 6, a random move can end a game of connect_four_v3"
+    with pytest.raises(ValueError, match=too_long):
         TurnBasedEnv("connect_four_v3", openings=7)
-    with pytest.raises(ValueError, match=r"openings=2 with 'leduc_holdem_v4': random openings are for"):
+    no_boards = r"openings=2: random openings are for connect_four_v3 and tictactoe_v3.*leduc_holdem_v4 has none"
+    with pytest.raises(ValueError, match=no_boards + "; use openings=0"):
         TurnBasedEnv("leduc_holdem_v4", openings=2)
 
 

@@ -451,8 +451,12 @@ def test_openings_come_from_the_option_or_a_file_and_reach_every_game(tmp_path: 
 @pytest.mark.parametrize(
     ("env", "openings", "says"),
     [
-        ("pettingzoo:leduc_holdem_v4", "2", "random openings are for connect_four_v3 and tictactoe_v3"),
-        ("pettingzoo:tictactoe_v3", "5", "past 4 moves a random move can end a game of tictactoe_v3"),
+        ("pettingzoo:leduc_holdem_v4", "2", "--openings 2: random openings are for connect_four_v3 and tictactoe_v3"),
+        (
+            "pettingzoo:tictactoe_v3",
+            "5",
+            "--openings 5: give 0 to 4 moves; past 4, a random move can end a game of tictactoe_v3",
+        ),
         ("Taxi-v4", "2", "--openings is for a pettingzoo:<game>'s self-play"),
     ],
     ids=["no-boards", "too-long", "gymnasium"],

@@ -365,8 +365,7 @@ def _selfplay(profile: GameProfile, algo: str, given: dict[str, Any]) -> SelfPla
     fixed_share = given.get("fixed_share", profile.fixed_share if league else None)
     symmetries = given.get("symmetries")
     images = _images(profile, algo, symmetries, given.get("images"))
-    openings = int(given.get("openings", profile.openings))
-    _check_openings(profile, openings)
+    openings = _check_openings(profile.name, int(given.get("openings", profile.openings)))
     return SelfPlay(
         pool_size=pool_size,
         league_players=players,
@@ -378,20 +377,14 @@ def _selfplay(profile: GameProfile, algo: str, given: dict[str, Any]) -> SelfPla
     )
 
 
-def _check_openings(profile: GameProfile, openings: int) -> None:
-    """Refuse ``--openings`` for a game without numpy boards, or longer than an opening that cannot end the game."""
-    from torchrl_mask.games.boards import BOARD_GAMES, opening_limit  # numpy only
+def _check_openings(game: str, openings: int) -> int:
+    """``--openings`` if it fits the game (:func:`~torchrl_mask.games.boards.check_openings`)."""
+    from torchrl_mask.games.boards import check_openings  # numpy only
 
-    if openings and profile.name not in BOARD_GAMES:
-        raise UsageError(
-            f"--openings {openings}: random openings are for {' and '.join(sorted(BOARD_GAMES))}, whose openings can "
-            f"be kept short of any game's end; {profile.name} has none; leave --openings out."
-        )
-    if openings > (limit := opening_limit(profile.name) if openings else 0):
-        raise UsageError(
-            f"--openings {openings}: past {limit} moves a random move can end a game of {profile.name}; use "
-            f"--openings {limit} or less."
-        )
+    try:
+        return check_openings(game, openings, "--openings ")
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _check_players(profile: GameProfile, players: tuple[str, ...]) -> None:

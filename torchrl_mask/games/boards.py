@@ -28,7 +28,7 @@ import numpy as np
 
 from torchrl_mask.games.players import board_lines
 
-__all__ = ["BOARD_GAMES", "BoardGames", "opening_limit"]
+__all__ = ["BOARD_GAMES", "BoardGames", "check_openings", "opening_limit"]
 
 # game -> (height, width, the cells in a winning line, whether a move drops to the lowest empty row of a column)
 BOARD_GAMES: dict[str, tuple[int, int, int, bool]] = {
@@ -47,6 +47,30 @@ def opening_limit(game: str) -> int:
     if game not in BOARD_GAMES:
         raise ValueError(f"{game!r} has no numpy boards; those are for {sorted(BOARD_GAMES)}.")
     return 2 * (BOARD_GAMES[game][2] - 1)
+
+
+def check_openings(game: str, openings: int, option: str = "openings=") -> int:
+    """``openings`` if random openings that long cannot end ``game``: a game of :data:`BOARD_GAMES` (whose openings
+    can be bounded), at most :func:`opening_limit` moves.
+
+    :param game: the game's name (``"connect_four_v3"``).
+    :param openings: the most random moves that open a game; 0 for none.
+    :param option: how the caller's user writes the value before it (``"openings="``, ``"--openings "``), for the
+        message.
+    :return: ``openings``.
+    :raises ValueError: a game without numpy boards, or more moves than :func:`opening_limit`; the message names the
+        fix.
+    """
+    if openings and game not in BOARD_GAMES:
+        raise ValueError(
+            f"{option}{openings}: random openings are for {' and '.join(sorted(BOARD_GAMES))}, whose openings can be "
+            f"kept short of any game's end; {game} has none; use {option}0."
+        )
+    if openings and not 0 <= openings <= (limit := opening_limit(game)):
+        raise ValueError(
+            f"{option}{openings}: give 0 to {limit} moves; past {limit}, a random move can end a game of {game}."
+        )
+    return openings
 
 
 class BoardGames:

@@ -61,7 +61,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Binary, Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-from torchrl_mask.games.boards import BOARD_GAMES, BoardGames, opening_limit
+from torchrl_mask.games.boards import BOARD_GAMES, BoardGames, check_openings
 
 __all__ = ["TurnBasedEnv", "deal_seeds", "game_seed", "game_spaces", "make_game"]
 
@@ -156,23 +156,6 @@ def _engine(game: str | Any, engine: str) -> str:
     return "numpy" if engine != "pettingzoo" and has_boards else "pettingzoo"
 
 
-def _openings(game: str | Any, openings: int) -> int:
-    """``openings`` if no opening that long can end ``game`` (a board game of :data:`BOARD_GAMES`, by name)."""
-    if openings == 0:
-        return 0
-    if not isinstance(game, str) or game not in BOARD_GAMES:
-        raise ValueError(
-            f"openings={openings} with {game!r}: random openings are for {sorted(BOARD_GAMES)} by name, whose "
-            "openings can be bounded so that none ends the game; use openings=0."
-        )
-    limit = opening_limit(game)
-    if not 0 <= openings <= limit:
-        raise ValueError(
-            f"openings={openings} with {game}: give 0 to {limit} moves (past {limit}, a random move can end the game)."
-        )
-    return openings
-
-
 def game_spaces(game: Any) -> tuple[spaces.Box, spaces.Discrete]:
     """The mover's observation (the Dict's ``"observation"`` entry) and action space, the same for every seat.
 
@@ -240,7 +223,7 @@ class TurnBasedEnv(EnvBase):
                 "'connect_four_v3') for more than one game, so that each game gets its own env."
             )
         self.engine = _engine(game, engine)
-        self.openings = _openings(game, openings)
+        self.openings = check_openings(game, openings)
         super().__init__(device=device, batch_size=() if n_games is None else (n_games,))
         # with numpy boards, one PettingZoo env (never stepped) still gives the seats and the spaces
         self.games = [make_game(game) for _ in range(1 if self.engine == "numpy" else n_games or 1)]
