@@ -22,8 +22,10 @@ which hands :func:`run` a :class:`Plan` it does not check again.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -51,6 +53,7 @@ __all__ = [
     "checkpoints",
     "failed",
     "run",
+    "sigterm_as_interrupt",
     "train_model",
 ]
 
@@ -60,6 +63,21 @@ CRASH_FILE = "crash.txt"  # the traceback of a TrainingFailed, in the output fol
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised as an interrupt so that training stops, saves and shuts its workers down as on Ctrl-C."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Raise SIGTERM as :class:`Terminated` while the block runs (the main thread's handler, restored after), so
+    that a run or a study stops, saves and shuts its workers down as on Ctrl-C."""
+
+    def raise_terminated(signum: int, frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class TrainingInterrupted(Exception):

@@ -9,7 +9,14 @@ import signal
 import sys
 
 from torchrl_mask.app.config import TrainConfig
-from torchrl_mask.app.pipeline import ModelNotSaved, Terminated, TrainingFailed, TrainingInterrupted, run
+from torchrl_mask.app.pipeline import (
+    ModelNotSaved,
+    Terminated,
+    TrainingFailed,
+    TrainingInterrupted,
+    run,
+    sigterm_as_interrupt,
+)
 from torchrl_mask.app.prepare import prepare
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "run_train", "terminating"]
@@ -17,10 +24,6 @@ __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "run_train", "t
 EXIT_FAILED = 1  # something raised after training began: the model is saved, one line says where
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports Ctrl-C
 EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated
 
 
 def terminating(interrupt: BaseException | None) -> bool:
@@ -43,15 +46,15 @@ def run_train(config: TrainConfig) -> int:
         could not be written.
     :raises UsageError: a check failed, before anything was written.
     """
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        plan = prepare(config)  # fail here, with one clear line, before anything is written
-        print(plan.task.first_line())
-        result = run(plan)
-        for line in plan.task.report(result.evaluation):
-            print(line)
-        print(f"\nSaved to {result.out}/: " + ", ".join(result.files))
-        return 0
+        with sigterm_as_interrupt():
+            plan = prepare(config)  # fail here, with one clear line, before anything is written
+            print(plan.task.first_line())
+            result = run(plan)
+            for line in plan.task.report(result.evaluation):
+                print(line)
+            print(f"\nSaved to {result.out}/: " + ", ".join(result.files))
+            return 0
     except TrainingInterrupted as stop:  # while training or evaluating: the model was saved
         print(f"torchrl-mask: {stop}", file=sys.stderr)
         return EXIT_TERMINATED if terminating(stop) else EXIT_INTERRUPTED
@@ -61,5 +64,3 @@ def run_train(config: TrainConfig) -> int:
     except KeyboardInterrupt as stop:  # before training started: no model to keep
         print("torchrl-mask: interrupted before a model was saved; nothing to keep.", file=sys.stderr)
         return EXIT_TERMINATED if terminating(stop) else EXIT_INTERRUPTED
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import signal
 import socket
 import sys
 import threading
@@ -46,7 +45,7 @@ from torchrl_mask.app.config import TrainConfig, check_rollout, default_selfplay
 from torchrl_mask.app.hyperparams import UsageError
 from torchrl_mask.app.masked_env import make_masked_env, one_line
 from torchrl_mask.app.models import ALGORITHMS
-from torchrl_mask.app.pipeline import Terminated, train_model
+from torchrl_mask.app.pipeline import Terminated, sigterm_as_interrupt, train_model
 from torchrl_mask.app.prepare import make_task
 from torchrl_mask.app.run import EXIT_INTERRUPTED, EXIT_TERMINATED
 from torchrl_mask.app.tune_args import JOURNAL_SUFFIX, TuneConfig, check_tune_config, storage_url
@@ -333,10 +332,6 @@ def tune(config: TuneConfig) -> TuneResult:
     return TuneResult(study, out, files + plots, notes, interrupted, terminated)
 
 
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated
-
-
 def run_tune(config: TuneConfig) -> int:
     """Run ``torchrl-mask tune`` and report it. SIGTERM stops the study as Ctrl-C does (the running trial marked
     failed, the outputs written from the trials so far, the folder's lock removed).
@@ -352,11 +347,8 @@ def run_tune(config: TuneConfig) -> int:
         f"study {config.name()!r}.",
         flush=True,
     )
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
+    with sigterm_as_interrupt():
         result = tune(config)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     finished = [trial for trial in result.study.trials if trial.state.is_finished()]
     counts = {
         state: sum(trial.state.name.lower() == state for trial in finished) for state in ("complete", "pruned", "fail")
