@@ -16,12 +16,14 @@ from sb3_contrib.common.envs import (
     InvalidActionEnvDiscrete,
     InvalidActionEnvMultiDiscrete,
 )
+from sb3_contrib.common.maskable.utils import is_masking_supported
 from torchrl.envs import GymWrapper
 from torchrl.envs.utils import check_env_specs
 
 from torchrl_mask import (
     ActionMaskInInfo,
     ActionMaskInObservation,
+    MaskablePPO,
     masked_gym_env,
 )
 
@@ -47,6 +49,20 @@ def test_action_mask_in_info_reads_each_convention_as_flat_bool() -> None:
     assert dict_env.source == "observation"
     assert list(obs) == ["observation"] and list(dict_env.observation_space.spaces) == ["observation"]
     np.testing.assert_array_equal(info["action_mask"], dict_env.env.env.action_masks())
+
+
+def test_action_mask_in_info_serves_the_last_mask_through_action_masks_for_maskable_ppo() -> None:
+    taxi = ActionMaskInInfo(gym.make(TAXI))
+    with pytest.raises(RuntimeError, match=r"before reset\(\); reset the env first"):
+        taxi.action_masks()
+    _, info = taxi.reset(seed=0)
+    np.testing.assert_array_equal(taxi.action_masks(), info["action_mask"])
+    for _ in range(5):  # the mask follows each step
+        *_, info = taxi.step(int(np.flatnonzero(taxi.action_masks())[-1]))
+        np.testing.assert_array_equal(taxi.action_masks(), info["action_mask"])
+    model = MaskablePPO("MlpPolicy", taxi, n_steps=16, batch_size=16, seed=0)  # sb3-contrib's check of its masks
+    vec_env = model.get_env()
+    assert vec_env is not None and is_masking_supported(vec_env)
 
 
 def test_action_mask_in_info_without_a_mask_names_the_sources() -> None:

@@ -98,7 +98,8 @@ class _MaskReader(gym.Wrapper):
 
 
 class ActionMaskInInfo(_MaskReader):
-    """A gymnasium wrapper that puts each step's action mask in ``info["action_mask"]`` as a flat bool array.
+    """A gymnasium wrapper that puts each step's action mask in ``info["action_mask"]`` as a flat bool array, and
+    serves it through ``action_masks()``, as sb3-contrib's ``MaskablePPO`` asks for it.
 
     It reads the mask where the env keeps it, in the env's own process (no extra round trip):
 
@@ -116,17 +117,28 @@ class ActionMaskInInfo(_MaskReader):
     :raises ValueError: ``source="observation"`` without a Dict observation space holding ``key``.
     """
 
+    _mask: np.ndarray | None = None
+
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         """Reset the env; ``info["action_mask"]`` holds the first observation's mask."""
         obs, info = self.env.reset(**kwargs)
-        obs, mask = self._read(obs, info)
-        return obs, {**info, ACTION_MASK: mask}
+        obs, self._mask = self._read(obs, info)
+        return obs, {**info, ACTION_MASK: self._mask}
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step the env; ``info["action_mask"]`` holds the mask of the observation returned."""
         obs, reward, terminated, truncated, info = self.env.step(action)
-        obs, mask = self._read(obs, info)
-        return obs, reward, terminated, truncated, {**info, ACTION_MASK: mask}
+        obs, self._mask = self._read(obs, info)
+        return obs, reward, terminated, truncated, {**info, ACTION_MASK: self._mask}
+
+    def action_masks(self) -> np.ndarray:
+        """The mask of the last observation returned, flat bool ``(mask_dims,)`` (sb3-contrib's convention).
+
+        :raises RuntimeError: called before :meth:`reset`.
+        """
+        if self._mask is None:
+            raise RuntimeError("action_masks() was called before reset(); reset the env first.")
+        return self._mask
 
 
 class ActionMaskInObservation(_MaskReader):
