@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any, Literal
 
 from torchrl_mask.app.hyperparams import HYPERPARAMS, UsageError, parse_hyperparam
@@ -17,6 +18,7 @@ from torchrl_mask.app.hyperparams import HYPERPARAMS, UsageError, parse_hyperpar
 __all__ = [
     "HelpFormatter",
     "Parser",
+    "add_fixed_part",
     "fixed_share",
     "hyperparam",
     "n_timesteps",
@@ -70,6 +72,26 @@ def hyperparam(text: str) -> tuple[str, Any]:
         return parse_hyperparam(text)
     except UsageError as err:  # argparse turns ArgumentTypeError into "argument --hyperparams: ..."
         raise argparse.ArgumentTypeError(str(err).removeprefix(f"--hyperparams {text!r}: ")) from None
+
+
+def add_fixed_part(parser: argparse.ArgumentParser, conf_help: str, params_help: str) -> None:
+    """``-conf``/``--conf-file`` and ``-params``/``--hyperparams``, read the same way by ``train`` and ``tune``.
+
+    :param parser: the command's parser.
+    :param conf_help: what the file gives the command.
+    :param params_help: what the overrides do in the command.
+    """
+    parser.add_argument("-conf", "--conf-file", type=Path, metavar="FILE", help=conf_help)
+    parser.add_argument(
+        "-params",
+        "--hyperparams",
+        type=hyperparam,
+        nargs="+",
+        action="extend",  # given twice: both groups, the later value of a name winning
+        default=[],
+        metavar="NAME=VALUE",
+        help=params_help,
+    )
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

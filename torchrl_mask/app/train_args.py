@@ -18,8 +18,8 @@ from pathlib import Path
 from torchrl_mask.app.arg_types import (
     HelpFormatter,
     Parser,
+    add_fixed_part,
     fixed_share,
-    hyperparam,
     n_timesteps,
     non_negative_int,
     positive_int,
@@ -57,23 +57,11 @@ def _add_what_to_train(train: argparse.ArgumentParser) -> None:
         default=defaults.algo,
         help="ppo_mask: MaskablePPO; ppo_lstm_mask: MaskableRecurrentPPO (LSTM policies, for tasks that need memory)",
     )
-    train.add_argument(
-        "-conf",
-        "--conf-file",
-        type=Path,
-        metavar="FILE",
-        help="rl-zoo3 YAML file: env ids at the top level (or 'default'), each with n_timesteps, n_envs, policy, "
+    add_fixed_part(
+        train,
+        "rl-zoo3 YAML file: env ids at the top level (or 'default'), each with n_timesteps, n_envs, policy, "
         f"policy_kwargs and MaskablePPO's arguments (without it: {built_in}; a game's from its record)",
-    )
-    train.add_argument(
-        "-params",
-        "--hyperparams",
-        type=hyperparam,
-        nargs="+",
-        action="extend",  # given twice: both groups, the later value of a name winning
-        default=[],
-        metavar="NAME=VALUE",
-        help="override hyperparameters, values as Python literals: learning_rate=3e-4 clip_range=lin_0.2 "
+        "override hyperparameters, values as Python literals: learning_rate=3e-4 clip_range=lin_0.2 "
         "policy_kwargs='dict(net_arch=[64, 64], activation_fn=nn.ReLU)'",
     )
     train.add_argument(

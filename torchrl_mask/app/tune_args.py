@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from torchrl_mask.app import run_folder, search_spaces
-from torchrl_mask.app.arg_types import HelpFormatter, hyperparam, n_timesteps, positive_int, seed
+from torchrl_mask.app.arg_types import HelpFormatter, add_fixed_part, n_timesteps, positive_int, seed
 from torchrl_mask.app.conf_file import load_conf_file
 from torchrl_mask.app.config import ALGOS
 from torchrl_mask.app.hyperparams import DEFAULT_HYPERPARAMS, UsageError, check_hyperparams, check_minibatches
@@ -138,16 +138,10 @@ def add_tune_parser(commands: Any) -> argparse.ArgumentParser:
     )
     tune.add_argument("--env", default=defaults.env_id, help="gymnasium id of an env with masks (module:Id too)")
     tune.add_argument("--algo", choices=sorted(ALGOS), default=defaults.algo, help="the model and its search space")
-    tune.add_argument("-conf", "--conf-file", type=Path, metavar="FILE", help="rl-zoo3 YAML file: the fixed part")
-    tune.add_argument(
-        "-params",
-        "--hyperparams",
-        type=hyperparam,
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="NAME=VALUE",
-        help="fix hyperparameters (not searched), over the file's: n_envs=4 gamma=0.99",
+    add_fixed_part(
+        tune,
+        "rl-zoo3 YAML file: the fixed part",
+        "fix hyperparameters (not searched), over the file's: n_envs=4 gamma=0.99",
     )
     tune.add_argument(
         "-n",
@@ -215,6 +209,10 @@ def _fixed_part(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     return fixed, steps
 
 
+# TuneConfig's fields that the parser gives under the same name, as they are.
+_AS_GIVEN = {item.name for item in fields(TuneConfig)} - {"env_id", "fixed", "n_timesteps", "progress_bar"}
+
+
 def tune_config(args: argparse.Namespace) -> TuneConfig:
     """The :class:`TuneConfig` of parsed ``tune`` arguments, checked (:func:`check_tune_config`).
 
@@ -223,25 +221,8 @@ def tune_config(args: argparse.Namespace) -> TuneConfig:
     :raises UsageError: a bad file, hyperparameter or combination.
     """
     fixed, steps = _fixed_part(args)
-    config = TuneConfig(
-        env_id=args.env,
-        algo=args.algo,
-        fixed=fixed,
-        n_timesteps=steps,
-        n_trials=args.n_trials,
-        sampler=args.sampler,
-        pruner=args.pruner,
-        n_startup_trials=args.n_startup_trials,
-        n_evaluations=args.n_evaluations,
-        eval_episodes=args.eval_episodes,
-        storage=args.storage,
-        study_name=args.study_name,
-        n_jobs=args.n_jobs,
-        seed=args.seed,
-        out=args.out,
-        conf_file=args.conf_file,
-        progress_bar=not args.no_progress,
-    )
+    given = {name: value for name, value in vars(args).items() if name in _AS_GIVEN}
+    config = TuneConfig(env_id=args.env, fixed=fixed, n_timesteps=steps, progress_bar=not args.no_progress, **given)
     check_tune_config(config)
     return config
 
