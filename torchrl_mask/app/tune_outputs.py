@@ -134,11 +134,11 @@ def write_outputs(
     # could cut it halfway and leave pandas half-initialized for the outputs written on the way out (a CI run's
     # test_ctrl_c_stops_the_study... failed so). The module imports it up front instead.
     frame = study.trials_dataframe()
-    _replace(out / TRIALS_CSV, frame.to_csv(index=False))
+    write_text(out / TRIALS_CSV, frame.to_csv(index=False))
     written.append(TRIALS_CSV)
     best = best_trial(study)
     if best is not None:
-        _replace(out / BEST_YAML, conf_text(env_id, n_timesteps, best, eval_episodes, algo))
+        write_text(out / BEST_YAML, conf_text(env_id, n_timesteps, best, eval_episodes, algo))
         written.append(BEST_YAML)
     return written
 
@@ -178,8 +178,3 @@ def write_plots(study: optuna.Study, out: Path) -> tuple[list[str], list[str]]:
             plt.close(figure)
         written.append(name)
     return written, skipped
-
-
-def _replace(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole (:func:`~torchrl_mask.app.files.write_text`)."""
-    write_text(path, text)
