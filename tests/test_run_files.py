@@ -13,7 +13,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import cli_runs
 import pytest
+from cli_runs import one_line
 
 from torchrl_mask import MaskablePPO
 from torchrl_mask.app.run_folder import LOCK
@@ -26,21 +28,8 @@ QUIET = ["--no-progress", "--verbose", "0"]
 
 def run_cli(*args: str, fault: str = "") -> subprocess.CompletedProcess[str]:
     """``torchrl-mask train ARGS`` in a subprocess, with :mod:`run_faults`' ``fault`` installed."""
-    code = (
-        "import sys, run_faults\nrun_faults.install()\n"
-        "from torchrl_mask.__main__ import main\nsys.exit(main(sys.argv[1:]))\n"
-    )
-    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path, "RUN_FAULT": fault}
-    return subprocess.run(
-        [sys.executable, "-c", code, "train", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
-    )
-
-
-def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    return lines[0]
+    first = "import run_faults\nrun_faults.install()"
+    return cli_runs.run_cli("train", *args, first=first, env={**os.environ, "RUN_FAULT": fault})
 
 
 def _no_partial_files(out: Path) -> None:
@@ -57,7 +46,7 @@ def test_a_signal_while_the_model_is_written_keeps_the_whole_model(fault: str, s
     out = tmp_path / "run"
     proc = run_cli(*TAXI, "--out", str(out), *QUIET, fault=fault)
     assert proc.returncode == status, proc.stderr[-3000:]
-    line = _one_line(proc)
+    line = one_line(proc)
     assert line.startswith("torchrl-mask: interrupted at ") and line.endswith(f"saved to {out / 'model.zip'}"), line
     model = MaskablePPO.load(out / "model.zip", device="cpu")  # whole: it loads
     assert model.num_timesteps >= 256
@@ -85,14 +74,14 @@ def _small_disk(tmp_path: Path) -> Iterator[tuple[Path, str]]:
 
 
 @pytest.mark.slow
-def test_a_disk_that_fills_while_the_model_is_written_leaves_no_model_and_says_so_in_one_line(tmp_path: Path) -> None:
+def test_a_disk_that_fills_while_the_model_is_written_leaves_no_model_and_says_so_inone_line(tmp_path: Path) -> None:
     # a network of about 3 MB of weights and Adam's state: the tmpfs holds the run's small files, not the model
     big = ["--hyperparams", "policy_kwargs=dict(net_arch=[512, 512])"]
     with _small_disk(tmp_path) as (disk, fault):
         out = disk / "run"
         proc = run_cli(*TAXI, *big, "--out", str(out), *QUIET, fault=fault)
         assert proc.returncode == 1, proc.stderr[-3000:]
-        line = _one_line(proc)
+        line = one_line(proc)
         assert "the model trained for" in line and "could not be saved" in line, line
         assert os.strerror(errno.ENOSPC) in line and "free space" in line, line
         assert not (out / "model.zip").exists()
@@ -158,5 +147,5 @@ def test_an_option_that_does_not_fit_the_env_is_refused_in_one_line_and_writes_n
     out = tmp_path / "run"
     proc = run_cli(*[arg.format(tmp=tmp_path) for arg in args], "--out", str(out), *QUIET)
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert says in _one_line(proc), proc.stderr
+    assert says in one_line(proc), proc.stderr
     assert not out.exists()

@@ -12,8 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_runs
 import numpy as np
 import pytest
+from cli_runs import one_line
 
 pytest.importorskip("pettingzoo")
 from selfplay_faults import FaultyPolicy
@@ -35,16 +37,7 @@ QUIET = ["--no-progress", "--verbose", "0"]
 
 def run_cli(*args: str, stage: str = "") -> subprocess.CompletedProcess[str]:
     """``torchrl-mask train ARGS`` in a subprocess that can import :mod:`selfplay_faults`."""
-    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path, "FAULT_STAGE": stage}
-    command = [sys.executable, "-m", "torchrl_mask", "train", *args]
-    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-
-
-def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    return lines[0]
+    return cli_runs.run_cli("train", *args, env={**os.environ, "FAULT_STAGE": stage})
 
 
 GAMES = {  # game: (moves trained, evaluation games per opponent)
@@ -78,7 +71,7 @@ def test_a_game_without_masked_observations_is_one_line_exit_2_and_writes_nothin
     out = tmp_path / "run"
     proc = run_cli("--env", "pettingzoo:rps_v2", "--out", str(out), *QUIET)
     assert proc.returncode == 2
-    assert "rps_v2" in _one_line(proc) and "masked Dict observations" in proc.stderr
+    assert "rps_v2" in one_line(proc) and "masked Dict observations" in proc.stderr
     assert not out.exists()
 
 
@@ -93,7 +86,7 @@ def _assert_model_kept(
     proc: subprocess.CompletedProcess[str], out: Path, stage_text: str, algo: type = MaskablePPO
 ) -> None:
     assert proc.returncode == 1, proc.stderr[-3000:]
-    line = _one_line(proc)
+    line = one_line(proc)
     assert stage_text in line and "InjectedFault" in line and str(out / "model.zip") in line, line
     algo.load(out / "model.zip", device="cpu")
     assert "InjectedFault" in (out / "crash.txt").read_text()
@@ -212,7 +205,7 @@ def test_continuing_from_a_file_that_is_no_zip_is_one_line_exit_2(tmp_path: Path
     agent.write_text("not a model")
     proc = run_cli("--env", "pettingzoo:tictactoe_v3", "-i", str(agent), "--out", str(out), *QUIET)
     assert proc.returncode == 2
-    assert "cannot continue from it" in _one_line(proc)
+    assert "cannot continue from it" in one_line(proc)
     assert not out.exists()
 
 
@@ -221,7 +214,7 @@ def test_continuing_from_another_games_model_is_one_line_exit_2(tmp_path: Path) 
     MaskablePPO("MlpPolicy", SeatEnv("tictactoe_v3"), n_steps=64, batch_size=64).save(agent)
     proc = run_cli("--env", "pettingzoo:connect_four_v3", "-i", str(agent), "--out", str(out), *QUIET)
     assert proc.returncode == 2
-    assert "cannot continue from it" in _one_line(proc) and "spaces" in proc.stderr.lower()
+    assert "cannot continue from it" in one_line(proc) and "spaces" in proc.stderr.lower()
     assert not out.exists()
 
 
@@ -229,7 +222,7 @@ def test_continuing_from_a_missing_file_is_one_line_exit_2(tmp_path: Path) -> No
     out = tmp_path / "run"
     proc = run_cli("--env", "pettingzoo:tictactoe_v3", "-i", str(tmp_path / "none.zip"), "--out", str(out), *QUIET)
     assert proc.returncode == 2
-    assert "no such file" in _one_line(proc)
+    assert "no such file" in one_line(proc)
     assert not out.exists()
 
 
@@ -237,7 +230,7 @@ def test_a_fixed_share_that_is_no_share_is_one_line_exit_2_naming_it(tmp_path: P
     out = tmp_path / "run"
     proc = run_cli("--env", "pettingzoo:connect_four_v3", "--fixed-share", "1.5", "--out", str(out), *QUIET)
     assert proc.returncode == 2
-    assert "--fixed-share 1.5" in _one_line(proc) and "from 0 to 1" in _one_line(proc)
+    assert "--fixed-share 1.5" in one_line(proc) and "from 0 to 1" in one_line(proc)
     assert not out.exists()
 
 
@@ -256,7 +249,7 @@ def test_a_self_share_that_is_no_share_or_has_no_league_is_one_line_exit_2_namin
     out = tmp_path / "run"
     proc = run_cli("--env", "pettingzoo:connect_four_v3", *given, "--out", str(out), *QUIET)
     assert proc.returncode == 2
-    assert says in _one_line(proc)
+    assert says in one_line(proc)
     assert not out.exists()
 
 
@@ -274,7 +267,7 @@ def test_symmetries_asked_for_where_none_apply_are_one_line_exit_2_saying_why(
     out = tmp_path / "run"
     proc = run_cli("--env", env, "--symmetries", *given, "--out", str(out), *QUIET)
     assert proc.returncode == 2
-    assert "--symmetries:" in _one_line(proc) and why in _one_line(proc)
+    assert "--symmetries:" in one_line(proc) and why in one_line(proc)
     assert not out.exists()
 
 
@@ -294,7 +287,7 @@ def test_images_without_symmetries_are_one_line_exit_2_saying_why(
     out = tmp_path / "run"
     proc = run_cli("--env", env, "--images", images, *given, "--out", str(out), *QUIET)
     assert proc.returncode == 2
-    assert f"--images {images} says how a move's images are trained on" in _one_line(proc) and why in _one_line(proc)
+    assert f"--images {images} says how a move's images are trained on" in one_line(proc) and why in one_line(proc)
     assert not out.exists()
 
 
@@ -331,7 +324,7 @@ def test_a_pool_size_above_the_bound_is_one_line_exit_2_naming_it(tmp_path: Path
     out = tmp_path / "run"
     proc = run_cli("--env", "pettingzoo:tictactoe_v3", "--pool-size", "1000000", "--out", str(out), *QUIET)
     assert proc.returncode == 2
-    line = _one_line(proc)
+    line = one_line(proc)
     assert "--pool-size 1000000 is above 64" in line and "copy of the policy's weights" in line
     assert not out.exists()
 

@@ -18,6 +18,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import cli_runs
 import optuna
 import pytest
 import tune_envs  # noqa: F401  (registers PickLegal-v0)
@@ -46,10 +47,7 @@ def cli_env() -> dict[str, str]:
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "torchrl_mask", *args], cwd=cwd, env=cli_env(), capture_output=True, text=True,
-        timeout=400,
-    )  # fmt: skip
+    return cli_runs.run_cli(*args, cwd=cwd, timeout=400)
 
 
 def load(storage: str, name: str) -> optuna.Study:
