@@ -61,11 +61,12 @@ def gather(groups: dict[str, list[Path]]) -> dict[str, Any]:
             "runs": runs,
             "network_alone": _spread([run["network_alone"] for run in runs.values()]),
         }
-        searched = [run["search"] for run in runs.values() if "search" in run]
-        if searched:
-            most = max(int(count) for count in searched[0])
-            group["simulations"] = most
-            group["searching"] = _spread([search[str(most)] for search in searched])
+        searches = [run["search"] for run in runs.values() if "search" in run]
+        if searches:  # the most simulations any run searched with, over the runs that searched with as many
+            most = max(int(count) for search in searches for count in search)
+            searched = [search[str(most)] for search in searches if str(most) in search]
+            group["simulations"], group["searched_runs"] = most, len(searched)
+            group["searching"] = _spread(searched)
         out["groups"][name] = group
     return out
 
