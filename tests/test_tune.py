@@ -414,6 +414,30 @@ def test_sigterm_stops_the_study_as_ctrl_c_does(tmp_path: Path) -> None:
     assert not (tmp_path / "out" / ".torchrl-mask.lock").exists()
 
 
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_during_a_storage_write_waits_for_the_write_then_stops_the_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: int, status: int
+) -> None:
+    # The signal is sent to this process from inside Optuna's write of the trial's "worker" attribute to SQLite.
+    # Raised there, it would cut that write short (a cut commit leaves the file locked, and Optuna fails on the
+    # trial's state); held, the write and the trial's other attributes land, and training stops at its first step.
+    write = optuna.storages.RDBStorage.set_trial_user_attr
+
+    def write_then_signal(self: optuna.storages.RDBStorage, trial_id: int, key: str, value: object) -> None:
+        if key == "worker":
+            os.kill(os.getpid(), signum)
+        write(self, trial_id, key, value)
+
+    monkeypatch.setattr(optuna.storages.RDBStorage, "set_trial_user_attr", write_then_signal)
+    monkeypatch.chdir(tmp_path)
+    assert main(["tune", *TINY, "--n-trials", "5", "--out", "out"]) == status
+    (trial,) = load(f"sqlite:///{tmp_path / 'out' / 'study.db'}", f"ppo_mask-{ENV}").trials
+    assert trial.state == optuna.trial.TrialState.FAIL
+    assert {"seed", "hyperparams", "worker", "settings"} <= set(trial.user_attrs)
+    assert "timesteps" not in trial.user_attrs  # training stopped: it never ended
+    assert not (tmp_path / "out" / ".torchrl-mask.lock").exists()
+
+
 @pytest.mark.slow
 def test_ctrl_c_while_tune_starts_up_is_one_line(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "torchrl_mask", "tune", *TINY, "--out", "out"]

@@ -52,6 +52,7 @@ __all__ = [
     "callback_files",
     "checkpoints",
     "failed",
+    "interrupt_for",
     "run",
     "sigterm_as_interrupt",
     "train_model",
@@ -226,7 +227,7 @@ class WholeCheckpoints(CheckpointCallback):
         if self.n_calls % self.save_freq == 0:
             held = write_file(Path(self._checkpoint_path(extension="zip")), self.model.save)
             if held:
-                raise _interrupt(held)
+                raise interrupt_for(held)
         return True
 
 
@@ -276,7 +277,11 @@ def _save(model: Any, out: Path) -> list[int]:
         raise ModelNotSaved(error, model.num_timesteps) from None
 
 
-def _interrupt(signals: list[int]) -> KeyboardInterrupt:
+def interrupt_for(signals: list[int]) -> KeyboardInterrupt:
+    """The interrupt that held signals stand for: :class:`Terminated` if SIGTERM is among them, else Ctrl-C's.
+
+    :param signals: the signal numbers that arrived while held (:func:`~torchrl_mask.app.files.signals_held`).
+    """
     return Terminated() if signal.SIGTERM in signals else KeyboardInterrupt()
 
 
@@ -308,7 +313,7 @@ def _learn_and_save(plan: Plan) -> tuple[Any, list[str]]:
     if stop is not None:
         raise failed(out, f"training (at {task.unit} {model.num_timesteps:,})", stop) from stop
     if held:  # a signal came while the model was written: the run stops here, its model whole
-        raise TrainingInterrupted(out, model.num_timesteps) from _interrupt(held)
+        raise TrainingInterrupted(out, model.num_timesteps) from interrupt_for(held)
     return model, progress
 
 

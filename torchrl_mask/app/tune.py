@@ -9,8 +9,11 @@ Optuna (``trial.report``) for its pruner, and once at the end, the trial's value
 scores without masks; a masked model is then judged on illegal moves.
 
 A trial that raises or whose value is not finite (diverged parameters) is marked failed, its message kept as the
-trial's ``fail_reason`` attribute, and the study goes on. Ctrl-C stops the study: the trials so far stay in the
-storage and the outputs are written from them. The outputs, in ``--out``, rewritten after every trial:
+trial's ``fail_reason`` attribute, and the study goes on. Ctrl-C (or SIGTERM) stops the study: the trials so far
+stay in the storage and the outputs are written from them. The signal is held while the study runs and acted on
+between a trial's training steps (the trial is then marked failed) or after a trial (no other starts), never inside
+a write to the storage: an interrupted SQLite commit leaves the file locked, and Optuna can then neither mark the
+trial nor go on. The outputs, in ``--out``, rewritten after every trial:
 
 - ``study.db``: the study (SQLite), unless ``--storage`` names another;
 - ``best_hyperparams.yml``: the best trial's hyperparameters in the YAML ``torchrl-mask train --conf-file``
@@ -24,6 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import socket
 import sys
 import threading
@@ -42,16 +46,18 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from torchrl_mask.app import results, run_folder, search_spaces, tune_args, tune_outputs
 from torchrl_mask.app.config import TrainConfig, check_rollout, default_selfplay
+from torchrl_mask.app.files import signals_held
 from torchrl_mask.app.hyperparams import UsageError
 from torchrl_mask.app.masked_env import make_masked_env, one_line
 from torchrl_mask.app.models import ALGORITHMS
-from torchrl_mask.app.pipeline import Terminated, sigterm_as_interrupt, train_model
+from torchrl_mask.app.pipeline import Terminated, interrupt_for, sigterm_as_interrupt, train_model
 from torchrl_mask.app.prepare import make_task
 from torchrl_mask.app.run import EXIT_INTERRUPTED, EXIT_TERMINATED
 from torchrl_mask.app.tune_args import JOURNAL_SUFFIX, TuneConfig, check_tune_config, storage_url
 from torchrl_mask.app.tune_outputs import value_name
 
 __all__ = [
+    "StopOnSignal",
     "TrialDiverged",
     "TrialEvalCallback",
     "TuneResult",
@@ -100,6 +106,24 @@ class TrialEvalCallback(BaseCallback):
         return not self.pruned
 
 
+class StopOnSignal(BaseCallback):
+    """Stop training at its next step once a held signal has come: raise the interrupt it stands for (Ctrl-C's, or
+    SIGTERM's :class:`~torchrl_mask.app.pipeline.Terminated`), from a step and not from a storage write.
+
+    :param received: the signals held so far (:func:`~torchrl_mask.app.files.signals_held`'s list, appended to by
+        the main thread's handler).
+    """
+
+    def __init__(self, received: list[int]) -> None:
+        super().__init__()
+        self.received = received
+
+    def _on_step(self) -> bool:
+        if self.received:
+            raise interrupt_for(self.received)
+        return True
+
+
 def _train_config(config: TuneConfig, hyperparams: dict[str, Any], seed: int) -> TrainConfig:
     """The ``train`` configuration a trial is: what ``train --conf-file best_hyperparams.yml`` would run (a game
     trains against its default league, as ``train`` gives it with no league option)."""
@@ -131,14 +155,17 @@ def trial_value(model: Any, env_id: str, episodes: int, seed: int, use_masking: 
     return results.mean_return(model, partial(make_masked_env, env_id), episodes, seed, use_masking)
 
 
-def run_trial(config: TuneConfig, trial: optuna.Trial) -> float:
+def run_trial(config: TuneConfig, trial: optuna.Trial, received: list[int] | None = None) -> float:
     """Train one trial's model (the run's task, :mod:`torchrl_mask.app.pipeline`) and return its score.
 
     :param config: the study's configuration.
     :param trial: the Optuna trial.
+    :param received: the signals held while the study runs; training stops at its next step once one came. None:
+        signals are not held (Ctrl-C raises where it lands).
     :return: the task's score at the end of training (the masked mean return, or a game's ladder score).
     :raises optuna.TrialPruned: the pruner stopped it.
     :raises TrialDiverged: its evaluation is not finite.
+    :raises KeyboardInterrupt: a held signal came (:class:`~torchrl_mask.app.pipeline.Terminated` for SIGTERM).
     """
     seed = config.seed + trial.number
     hyperparams = search_spaces.sample(config.algo, trial, config.fixed, config.n_timesteps)
@@ -160,20 +187,24 @@ def run_trial(config: TuneConfig, trial: optuna.Trial) -> float:
         return value
 
     callback = TrialEvalCallback(trial, evaluate, config.n_timesteps, config.n_evaluations)
-    model = train_model(task, "cpu", [callback])
+    stop = [] if received is None else [StopOnSignal(received)]
+    model = train_model(task, "cpu", [*stop, callback])
     trial.set_user_attr("timesteps", model.num_timesteps)  # the steps trained, whole rollouts past n_timesteps
     if callback.pruned:
         raise optuna.TrialPruned(f"pruned after {callback.evaluations} evaluation(s)")
     return evaluate(model)
 
 
-def _objective(config: TuneConfig) -> Any:
-    """The study's objective: :func:`run_trial`, one torch thread, an error's message kept on the trial."""
+def _objective(config: TuneConfig, received: list[int]) -> Any:
+    """The study's objective: :func:`run_trial`, one torch thread, an error's message kept on the trial; a trial
+    that starts after a held signal came is interrupted at once."""
 
     def objective(trial: optuna.Trial) -> float:
         torch.set_num_threads(1)
         try:
-            return run_trial(config, trial)
+            if received:
+                raise interrupt_for(received)
+            return run_trial(config, trial, received)
         except (optuna.TrialPruned, KeyboardInterrupt):
             raise
         except Exception as err:
@@ -280,14 +311,18 @@ def _prepare(config: TuneConfig) -> Path:
     return out
 
 
-def _report_trial(config: TuneConfig, out: Path, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-    """After each trial: one line, and the CSV and the best YAML rewritten."""
+def _report_trial(
+    config: TuneConfig, out: Path, received: list[int], study: optuna.Study, trial: optuna.trial.FrozenTrial
+) -> None:
+    """After each trial: one line, and the CSV and the best YAML rewritten; the study stops if a signal came."""
     state = trial.state.name.lower()
     value = f" value {trial.value:g}" if trial.value is not None else ""
     reason = trial.user_attrs.get("fail_reason", "")
     with _WRITING:
         print(f"trial {trial.number}: {state}{value}{': ' + reason if reason else ''}", flush=True)
         tune_outputs.write_outputs(study, out, config.env_id, config.n_timesteps, config.eval_episodes, config.algo)
+    if received:
+        study.stop()
 
 
 def tune(config: TuneConfig) -> TuneResult:
@@ -306,20 +341,21 @@ def tune(config: TuneConfig) -> TuneResult:
     interrupted = terminated = False
     with run_folder.claim(out, overwrite=False):
         study = make_study(config, out)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        with warnings.catch_warnings(), signals_held() as received:
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            try:
                 study.optimize(
-                    _objective(config),
+                    _objective(config, received),
                     n_trials=config.n_trials,
                     n_jobs=config.n_jobs,
                     catch=(Exception,),
-                    callbacks=[partial(_report_trial, config, out)],
+                    callbacks=[partial(_report_trial, config, out, received)],
                     show_progress_bar=config.progress_bar,
                     gc_after_trial=True,
                 )
-        except KeyboardInterrupt as stop:
-            interrupted, terminated = True, isinstance(stop, Terminated)
+            except KeyboardInterrupt as stop:  # a trial stopped for a held signal
+                interrupted, terminated = True, isinstance(stop, Terminated)
+        interrupted, terminated = interrupted or bool(received), terminated or signal.SIGTERM in received
         files = tune_outputs.write_outputs(
             study, out, config.env_id, config.n_timesteps, config.eval_episodes, config.algo
         )
