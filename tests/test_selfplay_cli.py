@@ -425,7 +425,9 @@ def test_openings_come_from_the_option_or_a_file_and_reach_every_game(tmp_path: 
     from torchrl_mask.app.game_collector import build_collector
 
     four = _config("--env", "pettingzoo:connect_four_v3").selfplay
-    assert four is not None and four.openings == 0  # the record's: none
+    assert four is not None and four.openings == 6  # the record's
+    none = _config("--env", "pettingzoo:connect_four_v3", "--openings", "0").selfplay
+    assert none is not None and none.openings == 0  # the option over the record
     conf = tmp_path / "c4.yml"
     conf.write_text("pettingzoo:tictactoe_v3:\n  n_timesteps: 2048\n  n_envs: 4\n  n_steps: 8\n  openings: 3\n")
     from_file = _config("--env", "pettingzoo:tictactoe_v3", "--conf-file", str(conf))

@@ -150,7 +150,7 @@ def _add_openings(train: argparse.ArgumentParser) -> None:
         metavar="N",
         help="pettingzoo:<game> with numpy boards only (connect_four_v3 up to 6, tictactoe_v3 up to 4): open each "
         "training game with 0 to N random legal moves, drawn uniformly, so that the learner meets varied positions "
-        "(default: the game's, 0)",
+        "(default: the game's: 6 for connect_four_v3, 0 for the others)",
     )
 
 
