@@ -73,6 +73,11 @@ def write_evaluation(out: Path, config: TrainConfig, evaluation: dict[str, Any],
 
 
 def _final_text(evaluation: dict[str, Any]) -> str:
+    """The final evaluation for the chart's title, a few words per opponent, on lines that fit its width.
+
+    :param evaluation: :func:`~torchrl_mask.games.evaluation.evaluate_ladder`'s dict.
+    :return: ``"final: random 1.00/0.00/0.00, ..."``, an opponent never split over two lines.
+    """
     parts = []
     for key, result in evaluation.items():
         if not key.startswith("vs_") or "skipped" in result:
@@ -81,7 +86,14 @@ def _final_text(evaluation: dict[str, Any]) -> str:
             parts.append(f"{key.removeprefix('vs_')} {result['win']:.2f}/{result['draw']:.2f}/{result['loss']:.2f}")
         else:
             parts.append(f"{key.removeprefix('vs_')} {result['mean']:+.2f}")
-    return ", ".join(parts)
+    lines = ["final:"]
+    for part in parts:
+        if len(lines[-1]) + len(part) > 76:
+            lines[-1] += ","
+            lines.append(part)
+        else:
+            lines[-1] += (" " if lines[-1] == "final:" else ", ") + part
+    return "\n".join(lines)
 
 
 def plot_win_rates(curve: list[dict[str, Any]], evaluation: dict[str, Any], title: str, path: Path) -> None:
@@ -110,7 +122,7 @@ def plot_win_rates(curve: list[dict[str, Any]], evaluation: dict[str, Any], titl
     ax.set(
         xlabel="training's wall time (s), the measurements left out",
         ylabel=ylabel,
-        title=f"self-play on {title}\nfinal: {_final_text(evaluation)}",
+        title=f"self-play on {title}\n{_final_text(evaluation)}",
     )
     if win_rate:
         ax.set_ylim(-0.02, 1.02)
