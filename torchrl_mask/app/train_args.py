@@ -40,6 +40,12 @@ def _games() -> str:
     return ", ".join(sorted(name for name in profiles() if name != "default"))
 
 
+def _openings_defaults() -> str:
+    """The random openings each game's record gives, as ``--openings``'s help says its default."""
+    given = [f"{profile.openings} for {name}" for name, profile in sorted(profiles().items()) if profile.openings]
+    return ", ".join([*given, "0 for the others"])
+
+
 def _add_what_to_train(train: argparse.ArgumentParser) -> None:
     """What to train: the env, its hyperparameters (rl-zoo3's file and overrides), how long, from what."""
     defaults = TrainConfig()
@@ -150,7 +156,7 @@ def _add_openings(train: argparse.ArgumentParser) -> None:
         metavar="N",
         help="pettingzoo:<game> with numpy boards only (connect_four_v3 up to 6, tictactoe_v3 up to 4): open each "
         "training game with 0 to N random legal moves, drawn uniformly, so that the learner meets varied positions "
-        "(default: the game's: 6 for connect_four_v3, 0 for the others)",
+        f"(default: the game's: {_openings_defaults()})",
     )
 
 
