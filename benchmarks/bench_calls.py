@@ -26,9 +26,14 @@ def main() -> None:
     masks = torch.rand(64, 128) < 0.5
     leaf = torch.zeros(8, 2048, 8)
     names: dict[str, object] = {
-        "np": np, "torch": torch, "masks": masks, "leaf": leaf, "target": leaf.numpy(),
-        "row": np.ones((8, 8), np.float32), "row_t": torch.ones(8, 8),
-    }  # fmt: skip
+        "np": np,
+        "torch": torch,
+        "masks": masks,
+        "leaf": leaf,
+        "target": leaf.numpy(),
+        "row": np.ones((8, 8), np.float32),
+        "row_t": torch.ones(8, 8),
+    }
     rows = [
         ("float32 masks (64, 128), numpy", "torch.from_numpy(masks.numpy().astype(np.float32))"),
         ("float32 masks (64, 128), torch", "masks.to(torch.float32)"),

@@ -204,9 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     for repeat in range(args.repeats):
         theirs.append(run_sb3_contrib(args))
         ours.append(run_torchrl_mask(args))
-        print(f"run {repeat}: sb3-contrib SubprocVecEnv {theirs[-1]:8.1f} steps/s   "
-              f"torchrl_mask MultiSyncCollector {ours[-1]:8.1f} steps/s   ratio {ours[-1] / theirs[-1]:.2f}x",
-              flush=True)  # fmt: skip
+        print(
+            f"run {repeat}: sb3-contrib SubprocVecEnv {theirs[-1]:8.1f} steps/s   "
+            f"torchrl_mask MultiSyncCollector {ours[-1]:8.1f} steps/s   ratio {ours[-1] / theirs[-1]:.2f}x",
+            flush=True,
+        )
     ours_median, theirs_median = statistics.median(ours), statistics.median(theirs)
     # The speed-up is the median of each run's ratio: the two runs of a repeat see the same machine.
     ratio = statistics.median(o / t for o, t in zip(ours, theirs, strict=True))

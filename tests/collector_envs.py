@@ -249,9 +249,12 @@ class CollectedByTheLearnersLSTM(BaseCallback):
         samples = next(self.model.rollout_buffer.get(batch_size=None))
         with torch.no_grad():
             _, log_prob, _ = self.model.policy.evaluate_actions(
-                samples.observations, samples.actions.long().flatten(), samples.lstm_states, samples.episode_starts,
+                samples.observations,
+                samples.actions.long().flatten(),
+                samples.lstm_states,
+                samples.episode_starts,
                 action_masks=samples.action_masks.bool(),
-            )  # fmt: skip
+            )
         valid = samples.mask.bool()
         self.max_error.append(float((log_prob - samples.old_log_prob)[valid].abs().max()))
         self.params.append(torch.nn.utils.parameters_to_vector(self.model.policy.parameters()).detach().clone())

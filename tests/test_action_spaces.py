@@ -66,8 +66,9 @@ def _mask_index(space: spaces.Space, action: Any) -> np.ndarray:
 
 def _learn(cls: type, space: spaces.Space) -> dict[str, torch.Tensor]:
     env = DummyVecEnv([lambda i=i: ShiftingMaskEnv(space, seed=i) for i in range(3)])
-    model = cls("MlpPolicy", env, n_steps=16, batch_size=24, n_epochs=2, seed=0, device="cpu",
-                policy_kwargs={"net_arch": [16]})  # fmt: skip
+    model = cls(
+        "MlpPolicy", env, n_steps=16, batch_size=24, n_epochs=2, seed=0, device="cpu", policy_kwargs={"net_arch": [16]}
+    )
     if cls is MaskablePPO:
         assert fast_rollout(model, model.get_env(), use_masking=True) is not None  # the inlined path is tested
     model.learn(16 * 3 * 10)  # 10 updates
@@ -94,8 +95,9 @@ def test_the_collectors_policy_module_gives_sb3_contribs_log_probs_bit_for_bit(n
     out = MaskablePolicyModule(model.policy)(TensorDict({"observation": obs, "action_mask": mask}, [40]))
     actions = out["action"].reshape(40, -1)
     with torch.no_grad():  # sb3-contrib's own evaluate_actions, its distribution objects
-        _, log_prob, _ = model.policy.evaluate_actions(obs, actions.squeeze(-1) if actions.shape[1] == 1 else actions,
-                                                       action_masks=mask)  # fmt: skip
+        _, log_prob, _ = model.policy.evaluate_actions(
+            obs, actions.squeeze(-1) if actions.shape[1] == 1 else actions, action_masks=mask
+        )
     assert torch.equal(out["action_log_prob"], log_prob)
     offsets = torch.as_tensor(np.cumsum([0, *mask_spec(space).groups[:-1]]))
     assert bool(mask.gather(1, actions.long() + offsets).all())
@@ -108,15 +110,25 @@ def test_parameters_after_ten_updates_through_a_torchrl_collector_are_sb3_contri
     # sb3-contrib does); extend() then computes GAE on the batch. Both generators are seeded right before learn,
     # after the collector's construction (which runs the policy once on a fake step).
     space = SPACES[name]
-    kwargs: dict[str, Any] = {"n_steps": 16, "batch_size": 16, "n_epochs": 2, "seed": 0, "device": "cpu",
-                              "policy_kwargs": {"net_arch": [16]}}  # fmt: skip
+    kwargs: dict[str, Any] = {
+        "n_steps": 16,
+        "batch_size": 16,
+        "n_epochs": 2,
+        "seed": 0,
+        "device": "cpu",
+        "policy_kwargs": {"net_arch": [16]},
+    }
     ref = sb3_contrib.MaskablePPO("MlpPolicy", DummyVecEnv([lambda: ShiftingMaskEnv(space, seed=0)]), **kwargs)
     torch.manual_seed(1)
     np.random.seed(1)
     ref.learn(16 * 10)
     ours = MaskablePPO("MlpPolicy", ShiftingMaskEnv(space, seed=99), **kwargs)
-    collector = Collector(lambda: masked_gym_env(ShiftingMaskEnv(space, seed=0)), MaskablePolicyModule(ours.policy),
-                          frames_per_batch=16, total_frames=-1)  # fmt: skip
+    collector = Collector(
+        lambda: masked_gym_env(ShiftingMaskEnv(space, seed=0)),
+        MaskablePolicyModule(ours.policy),
+        frames_per_batch=16,
+        total_frames=-1,
+    )
     torch.manual_seed(1)
     np.random.seed(1)
     ours.learn(16 * 10, collector=collector)

@@ -114,10 +114,18 @@ def test_flat_state_saves_loads_and_copies_as_ordinary_adam_state() -> None:
 @pytest.mark.parametrize(
     "case",
     [
-        "weight_decay", "amsgrad", "maximize", "foreach off", "two groups", "float64 and float32", "step hook",
-        "global step hook", "lr scheduler", "sgd",
+        "weight_decay",
+        "amsgrad",
+        "maximize",
+        "foreach off",
+        "two groups",
+        "float64 and float32",
+        "step hook",
+        "global step hook",
+        "lr scheduler",
+        "sgd",
     ],
-)  # fmt: skip
+)
 def test_other_optimizers_and_options_keep_their_own_step(case: str) -> None:
     params = [torch.nn.Parameter(value) for value in _initial()]
     kwargs: dict[str, Any] = {

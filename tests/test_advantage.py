@@ -229,9 +229,15 @@ def test_extend_a_collector_batch_with_truncations_by_every_route(pattern):
         buf.extend(batch, observation_keys=[("observation", key) for key in buf.observation_space.spaces])
         results[method] = (buf.tensordict["advantage"], buf.tensordict["value_target"])
     expected = generalized_advantage(
-        batch["next", "reward"], batch["state_value"], x["next_value"], x["done"], 0.99, 0.95,
-        method="loop", terminated=x["terminated"],
-    )  # fmt: skip
+        batch["next", "reward"],
+        batch["state_value"],
+        x["next_value"],
+        x["done"],
+        0.99,
+        0.95,
+        method="loop",
+        terminated=x["terminated"],
+    )
     for ours_tensor, ref_tensor in zip(results["loop"], expected, strict=True):
         assert np.array_equal(bits(ours_tensor), bits(ref_tensor))
     scale = expected[0].abs().max().item()

@@ -134,12 +134,27 @@ def test_bench_refuses_cuda_without_a_gpu_in_one_line(capsys):
 def test_collection_benchmark_script_runs_both_sides_and_reports_their_ratio():
     # benchmarks/bench_collect.py as a user runs it: real SubprocVecEnv and MultiSyncCollector worker processes.
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_collect.py"
-    args = ["--repeats", "1", "--total-timesteps", "256", "--n-steps", "64", "--batch-size", "64", "--n-epochs", "1",
-            "--step-cost", "0"]  # fmt: skip
+    args = [
+        "--repeats",
+        "1",
+        "--total-timesteps",
+        "256",
+        "--n-steps",
+        "64",
+        "--batch-size",
+        "64",
+        "--n-epochs",
+        "1",
+        "--step-cost",
+        "0",
+    ]
     done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    run = re.search(r"run 0: sb3-contrib SubprocVecEnv +([\d.]+) steps/s +torchrl_mask MultiSyncCollector +([\d.]+) "
-                    r"steps/s +ratio ([\d.]+)x", done.stdout)  # fmt: skip
+    run = re.search(
+        r"run 0: sb3-contrib SubprocVecEnv +([\d.]+) steps/s +torchrl_mask MultiSyncCollector +([\d.]+) "
+        r"steps/s +ratio ([\d.]+)x",
+        done.stdout,
+    )
     assert run is not None, done.stdout
     theirs, ours, ratio = (float(group) for group in run.groups())
     assert theirs > 0 and ours > 0
@@ -151,8 +166,23 @@ def test_collection_benchmark_script_runs_both_sides_and_reports_their_ratio():
 def test_bench_learn_checks_parity_and_reports_speed_ups_and_the_envs_bound():
     # `torchrl-mask bench learn` as a user runs it, on a tiny learn(): both libraries learn (and the benchmark
     # checks that they learn the same parameters, else it exits 1), the envs alone are stepped for the bound.
-    args = ["bench", "learn", "--rounds", "1", "--timesteps", "128", "--n-steps", "16", "--batch-size", "32",
-            "--n-epochs", "1", "--workloads", "dict-dummy", "multidiscrete"]  # fmt: skip
+    args = [
+        "bench",
+        "learn",
+        "--rounds",
+        "1",
+        "--timesteps",
+        "128",
+        "--n-steps",
+        "16",
+        "--batch-size",
+        "32",
+        "--n-epochs",
+        "1",
+        "--workloads",
+        "dict-dummy",
+        "multidiscrete",
+    ]
     done = subprocess.run([sys.executable, "-m", "torchrl_mask", *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     for workload in ("dict-dummy", "multidiscrete"):
@@ -177,22 +207,51 @@ def test_bench_ppo_script_is_bench_learn(capsys):
 def test_bench_learn_action_spaces_times_three_algorithms_and_checks_parity():
     # `torchrl-mask bench learn --action-spaces` on two tiny cells: a row per cell with SB3's PPO, sb3-contrib and
     # ours, parameters checked equal (else a FAIL row and exit 1), and the worst cost of masking named.
-    args = ["bench", "learn", "--action-spaces", "--rounds", "1", "--timesteps", "128", "--n-envs", "2",
-            "--n-steps", "32", "--n-epochs", "1", "--batch-sizes", "32", "--observations", "box", "dict",
-            "--spaces", "MultiBinary(16)"]  # fmt: skip
+    args = [
+        "bench",
+        "learn",
+        "--action-spaces",
+        "--rounds",
+        "1",
+        "--timesteps",
+        "128",
+        "--n-envs",
+        "2",
+        "--n-steps",
+        "32",
+        "--n-epochs",
+        "1",
+        "--batch-sizes",
+        "32",
+        "--observations",
+        "box",
+        "dict",
+        "--spaces",
+        "MultiBinary(16)",
+    ]
     done = subprocess.run([sys.executable, "-m", "torchrl_mask", *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    rows = re.findall(r"^\| MultiBinary\(16\) \| (box|dict) \| 32 \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+)x \|",
-                      done.stdout, re.M)  # fmt: skip
+    rows = re.findall(
+        r"^\| MultiBinary\(16\) \| (box|dict) \| 32 \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+)x \|",
+        done.stdout,
+        re.M,
+    )
     assert [row[0] for row in rows] == ["box", "dict"], done.stdout
     for _, ppo, _, ours, cost in rows:  # one round: the cost is the ratio of the printed times, within rounding
-        assert (float(ours) - 5e-4) / (float(ppo) + 5e-4) - 5e-3 <= float(cost) <= (float(ours) + 5e-4) / (
-            float(ppo) - 5e-4) + 5e-3  # fmt: skip
+        assert (
+            (float(ours) - 5e-4) / (float(ppo) + 5e-4) - 5e-3
+            <= float(cost)
+            <= (float(ours) + 5e-4) / (float(ppo) - 5e-4) + 5e-3
+        )
     assert "worst cost of masking" in done.stdout and "FAIL" not in done.stdout
     # The floor is timed in the round it is compared with: with one round, ours / floor is ours / PPO over
     # floor / PPO, within the printed rounding.
-    floors = re.findall(r"^\| MultiBinary\(16\) \| (?:box|dict) \| 32 \|(?: [\d.]+ \|){3} ([\d.]+)x \| ([\d.]+)x \| "
-                        r"[\d.]+x \| ([\d.]+) \|$", done.stdout, re.M)  # fmt: skip
+    floors = re.findall(
+        r"^\| MultiBinary\(16\) \| (?:box|dict) \| 32 \|(?: [\d.]+ \|){3} ([\d.]+)x \| ([\d.]+)x \| "
+        r"[\d.]+x \| ([\d.]+) \|$",
+        done.stdout,
+        re.M,
+    )
     assert len(floors) == 2, done.stdout
     for cost, floor, above in floors:  # each printed to 2 decimals: the ratio's bounds from the rounding of all three
         low, high = (float(cost) - 5e-3) / (float(floor) + 5e-3), (float(cost) + 5e-3) / (float(floor) - 5e-3)
@@ -203,8 +262,25 @@ def test_bench_learn_action_spaces_times_three_algorithms_and_checks_parity():
 def test_bench_learn_recurrent_checks_unmasked_parity_with_recurrent_ppo_and_reports_the_ratio():
     # `torchrl-mask bench learn --recurrent` on a tiny learn(): a row per workload, sb3-contrib's RecurrentPPO and
     # MaskableRecurrentPPO(use_masking=False) checked to learn the same parameters (else a FAIL line and exit 1).
-    args = ["bench", "learn", "--recurrent", "--rounds", "1", "--timesteps", "64", "--n-envs", "2",
-            "--n-steps", "32", "--batch-size", "32", "--n-epochs", "1", "--lstm-hidden-size", "8"]  # fmt: skip
+    args = [
+        "bench",
+        "learn",
+        "--recurrent",
+        "--rounds",
+        "1",
+        "--timesteps",
+        "64",
+        "--n-envs",
+        "2",
+        "--n-steps",
+        "32",
+        "--batch-size",
+        "32",
+        "--n-epochs",
+        "1",
+        "--lstm-hidden-size",
+        "8",
+    ]
     done = subprocess.run([sys.executable, "-m", "torchrl_mask", *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rows = re.findall(r"^(cartpole|dict) +[\d.]+ +[\d.]+ +[\d.]+x \(", done.stdout, re.M)
@@ -215,13 +291,32 @@ def test_bench_learn_recurrent_checks_unmasked_parity_with_recurrent_ppo_and_rep
 def test_bench_selfplay_reports_both_speeds_of_each_game_as_ratios_to_its_own_random_play():
     # `torchrl-mask bench selfplay` as a user runs it, tiny: one round of random play, collection and a whole train
     # job per game; each ratio is the round's speed over the round's random play (one round: its own).
-    args = ["bench", "selfplay", "--rounds", "1", "--random-moves", "200", "--batches", "1", "--timesteps", "256",
-            "--n-envs", "4", "--games", "tictactoe_v3", "connect_four_v3", "--", "--self-share", "0.5"]  # fmt: skip
+    args = [
+        "bench",
+        "selfplay",
+        "--rounds",
+        "1",
+        "--random-moves",
+        "200",
+        "--batches",
+        "1",
+        "--timesteps",
+        "256",
+        "--n-envs",
+        "4",
+        "--games",
+        "tictactoe_v3",
+        "connect_four_v3",
+        "--",
+        "--self-share",
+        "0.5",
+    ]
     done = subprocess.run([sys.executable, "-m", "torchrl_mask", *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "`torchrl-mask bench selfplay --rounds 1" in done.stdout and "-- --self-share 0.5`" in done.stdout
-    refused = subprocess.run([sys.executable, "-m", "torchrl_mask", *args[:2], "--n-envs", "0"], capture_output=True,
-                             text=True, timeout=300)  # fmt: skip
+    refused = subprocess.run(
+        [sys.executable, "-m", "torchrl_mask", *args[:2], "--n-envs", "0"], capture_output=True, text=True, timeout=300
+    )
     assert refused.returncode == 2 and "--n-envs must be at least 1" in refused.stderr, refused.stderr
     speed, ratio = r"([\d,]+)", r"([\d.]+)x \(([\d.]+)x-([\d.]+)x\)"
     three = rf" \| {speed} \| {ratio}" * 3  # collection, whole run, collection through PettingZoo's env
@@ -257,14 +352,19 @@ def test_bench_memory_trains_both_models_for_the_same_time_and_reports_their_chi
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     chips = r"[+-]\d\.\d{3} ± \d\.\d{3}"
     for model in ("feed-forward", "LSTM"):
-        row = re.search(rf"^\| 0 \| {model} \| ([\d,]+) \| {chips} \| {chips} \| ({chips}) \| (\d+) \|$", done.stdout,
-                        re.M)  # fmt: skip
+        row = re.search(
+            rf"^\| 0 \| {model} \| ([\d,]+) \| {chips} \| {chips} \| ({chips}) \| (\d+) \|$", done.stdout, re.M
+        )
         assert row is not None, done.stdout
         assert int(row.group(1).replace(",", "")) >= 512 and row.group(3) == "0"  # a whole rollout; no illegal move
     head_to_head = re.findall(rf"^\| 0 \| \S+ \| [\d,]+ \| {chips} \| {chips} \| ([+-]\d\.\d{{3}})", done.stdout, re.M)
     assert float(head_to_head[0]) == -float(head_to_head[1])  # one model's chips are the other's loss
-    refused = subprocess.run([sys.executable, "-m", "torchrl_mask", "bench", "memory", "--game", "tictactoe_v3"],
-                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    refused = subprocess.run(
+        [sys.executable, "-m", "torchrl_mask", "bench", "memory", "--game", "tictactoe_v3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert refused.returncode == 2 and "this benchmark counts chips" in refused.stderr
 
 
@@ -288,8 +388,14 @@ def test_bench_selfplay_says_not_run_for_the_whole_runs_it_skipped():
     # --no-run measures collection alone: its whole-run cells say so instead of printing nan.
     from torchrl_mask.bench.selfplay import GameSpeeds, render
 
-    speeds = GameSpeeds("tictactoe_v3", random_play=[100.0], collection=[50.0], run=[float("nan")],
-                        pettingzoo=[20.0], costs=[{"policy": 4000.0, "game": 9000.0}])  # fmt: skip
+    speeds = GameSpeeds(
+        "tictactoe_v3",
+        random_play=[100.0],
+        collection=[50.0],
+        run=[float("nan")],
+        pettingzoo=[20.0],
+        costs=[{"policy": 4000.0, "game": 9000.0}],
+    )
     report = render([speeds], "torchrl-mask bench selfplay --no-run", 1).splitlines()
     assert "| tictactoe_v3 | 100 | 50 | 0.50x (0.50x-0.50x) | not run | not run | 20 | 0.20x (0.20x-0.20x) |" in report
     assert report[-1] == "| tictactoe_v3 | 10,000 | 20,000 | 4,000 | 9,000 | not run" + " | not run" * 5 + " |"
@@ -297,7 +403,11 @@ def test_bench_selfplay_says_not_run_for_the_whole_runs_it_skipped():
 
 @pytest.mark.parametrize(("game", "says"), [("foo_v1", "is not a PettingZoo classic game"), ("rps_v2", "action mask")])
 def test_bench_selfplay_refuses_a_game_it_cannot_play_in_one_line(game: str, says: str) -> None:
-    refused = subprocess.run([sys.executable, "-m", "torchrl_mask", "bench", "selfplay", "--games", game, "--rounds",
-                              "1"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    refused = subprocess.run(
+        [sys.executable, "-m", "torchrl_mask", "bench", "selfplay", "--games", game, "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.count("\n") == 1 and says in refused.stderr and "Traceback" not in refused.stderr

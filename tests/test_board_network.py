@@ -110,8 +110,9 @@ def test_board_cnn_model_saves_and_loads_with_the_same_moves(tmp_path: Path) -> 
 def test_maskable_ppo_with_board_cnn_learns_tic_tac_toe_against_random_a_little() -> None:
     env = SeatEnv("tictactoe_v3", opponent="random")
     kwargs = {"features_extractor_class": BoardCNN, "features_extractor_kwargs": {"channels": 16, "features_dim": 64}}
-    model = MaskablePPO("MlpPolicy", env, policy_kwargs=kwargs, n_steps=256, batch_size=64, learning_rate=1e-3,
-                        ent_coef=0.01, seed=0)  # fmt: skip
+    model = MaskablePPO(
+        "MlpPolicy", env, policy_kwargs=kwargs, n_steps=256, batch_size=64, learning_rate=1e-3, ent_coef=0.01, seed=0
+    )
     before, _ = evaluate_policy(model, Monitor(SeatEnv("tictactoe_v3")), n_eval_episodes=200)
     model.learn(6_000)
     after, _ = evaluate_policy(model, Monitor(SeatEnv("tictactoe_v3")), n_eval_episodes=200)

@@ -289,9 +289,13 @@ def test_non_positive_or_non_int_batch_size_raises(batch_size):
 
 @pytest.mark.parametrize(
     "action_space",
-    [spaces.Box(-1, 1, (2,)), spaces.MultiBinary([2, 3]), spaces.MultiDiscrete([[2, 3], [4, 5]]),
-     spaces.Tuple((spaces.Discrete(2),))],
-)  # fmt: skip
+    [
+        spaces.Box(-1, 1, (2,)),
+        spaces.MultiBinary([2, 3]),
+        spaces.MultiDiscrete([[2, 3], [4, 5]]),
+        spaces.Tuple((spaces.Discrete(2),)),
+    ],
+)
 def test_unmaskable_action_space_raises_type_error(action_space):
     with pytest.raises(TypeError, match="cannot be masked"):
         MaskableRolloutBuffer(4, OBS_SPACES["box"], action_space, "cpu")
@@ -513,8 +517,9 @@ def test_a_memmap_dir_that_is_a_file_or_under_one_is_refused_naming_the_fix(tmp_
     cases = ((file, "is an existing file"), (file / "rollouts", f"lies under {file}, which is a file"))
     for memmap_dir, where in cases:
         with pytest.raises(ValueError, match=rf"{re.escape(where)}: it must be a folder.*Pass a folder \(created"):
-            MaskableRolloutBuffer(4, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu", storage="memmap",
-                                  memmap_dir=memmap_dir)  # fmt: skip
+            MaskableRolloutBuffer(
+                4, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu", storage="memmap", memmap_dir=memmap_dir
+            )
     assert file.read_text() == "mine\n" and sorted(tmp_path.iterdir()) == [file]
 
 

@@ -327,8 +327,11 @@ def test_output_into_a_read_only_folder_is_one_line_exit_2_and_writes_nothing() 
         out = read_only / "run"
         run = subprocess.run(
             [*as_user, sys.executable, "-m", "torchrl_mask", "train", *TINY, "--out", str(out)],
-            cwd=REPO, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert run.returncode == 2, run.stderr
         assert run.stderr.strip().splitlines() == [
             f"torchrl-mask: error: --out {out}: cannot create a folder in {read_only} (Permission denied); "

@@ -202,8 +202,9 @@ def test_input_that_gave_a_traceback_is_one_line_exit_2_and_writes_nothing(
 @pytest.mark.slow
 def test_an_evaluation_that_raises_is_reported_and_the_model_is_saved_first(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    run = run_cli("--env", "strict_envs:Strict-v0", *TINY, "--eval-episodes", "5", "--out", str(out),
-                  env=_env_with(tmp_path))  # fmt: skip
+    run = run_cli(
+        "--env", "strict_envs:Strict-v0", *TINY, "--eval-episodes", "5", "--out", str(out), env=_env_with(tmp_path)
+    )
     assert run.returncode == 0, run.stderr
     assert re.search(r"trained policy, without masks +raised ValueError: illegal move \d", run.stdout), run.stdout
     evaluation = json.loads((out / "evaluation.json").read_text())["evaluation"]
@@ -238,8 +239,15 @@ def test_an_interrupted_training_saves_its_model_and_leaves_no_process(
     command = [sys.executable, "-m", "torchrl_mask", "train", "--steps", "100000000", "--no-progress"]
     command += ["--hyperparams", "n_envs=2", "n_steps=32", "--out", str(out)]
     command += [] if collector is None else ["--collector", collector]
-    proc = subprocess.Popen(command, cwd=REPO, env=_env_with(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=group)  # fmt: skip
+    proc = subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=_env_with(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=group,
+    )
     assert proc.stdout is not None
     for line in proc.stdout:  # SB3's logger table: the first rollout was collected and trained on
         if "total_timesteps" in line:

@@ -130,8 +130,9 @@ def sb3_contrib_reference(batch: TensorDict, obs_space: spaces.Space, gamma: flo
     """The VecEnv path on the same steps: sb3-contrib's buffer, fed as MaskablePPO.collect_rollouts feeds it
     (a truncation's bootstrap gamma * V(final obs) folded into the reward; episode_starts; last values)."""
     n_envs, steps = batch.shape
-    ref = sb3c.MaskableRolloutBuffer(steps, obs_space, spaces.Discrete(4), "cpu", gae_lambda=lam, gamma=gamma,
-                                     n_envs=n_envs)  # fmt: skip
+    ref = sb3c.MaskableRolloutBuffer(
+        steps, obs_space, spaces.Discrete(4), "cpu", gae_lambda=lam, gamma=gamma, n_envs=n_envs
+    )
     truncated = batch["next", "truncated"][..., 0]
     reward = batch["next", "reward"][..., 0] + gamma * batch["next", "state_value"][..., 0] * truncated
     for t in range(steps):
@@ -182,23 +183,28 @@ def test_extend_of_a_real_taxi_batch_matches_the_vecenv_path() -> None:
         torch.testing.assert_close(
             batch["next", "state_value"][batch["next", "truncated"]], model.policy.predict_values(final_obs)[:, 0]
         )
-    ours = MaskableRolloutBuffer(450, model.observation_space, model.action_space, "cpu", gae_lambda=0.95,
-                                 gamma=0.99)  # fmt: skip
+    ours = MaskableRolloutBuffer(450, model.observation_space, model.action_space, "cpu", gae_lambda=0.95, gamma=0.99)
     ours.extend(batch)
-    ref = sb3c.MaskableRolloutBuffer(450, model.observation_space, model.action_space, "cpu", gae_lambda=0.95,
-                                     gamma=0.99)  # fmt: skip
+    ref = sb3c.MaskableRolloutBuffer(
+        450, model.observation_space, model.action_space, "cpu", gae_lambda=0.95, gamma=0.99
+    )
     truncated = batch["next", "truncated"][0, :, 0]
     reward = batch["next", "reward"][0, :, 0] + 0.99 * batch["next", "state_value"][0, :, 0] * truncated
     for t in range(450):
-        ref.add(batch["observation"][:, t].numpy(), batch["action"][:, t].numpy(), reward[t : t + 1].numpy(),
-                batch["is_init"][:, t, 0].numpy(), batch["state_value"][:, t], batch["action_log_prob"][:, t],
-                action_masks=batch["action_mask"][:, t].numpy())  # fmt: skip
+        ref.add(
+            batch["observation"][:, t].numpy(),
+            batch["action"][:, t].numpy(),
+            reward[t : t + 1].numpy(),
+            batch["is_init"][:, t, 0].numpy(),
+            batch["state_value"][:, t],
+            batch["action_log_prob"][:, t],
+            action_masks=batch["action_mask"][:, t].numpy(),
+        )
     ref.compute_returns_and_advantage(batch["next", "state_value"][:, -1], batch["next", "done"][:, -1, 0].numpy())
     np.testing.assert_allclose(ours.advantages, ref.advantages, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(ours.returns, ref.returns, rtol=1e-4, atol=1e-4)
     # Without InitTracker (masked_gym_env(init_tracker=False)) the starts come from ("next", "done"): the same.
-    bare = MaskableRolloutBuffer(450, model.observation_space, model.action_space, "cpu", gae_lambda=0.95,
-                                 gamma=0.99)  # fmt: skip
+    bare = MaskableRolloutBuffer(450, model.observation_space, model.action_space, "cpu", gae_lambda=0.95, gamma=0.99)
     bare.extend(batch.exclude("is_init"), episode_starts=torch.ones(1, dtype=torch.bool))
     assert torch.equal(bare.tensordict["is_init"], batch["is_init"])
     np.testing.assert_array_equal(bare.advantages, ours.advantages)
@@ -240,8 +246,16 @@ def test_extend_rejects_bad_batches_and_writes_nothing() -> None:
 
 @pytest.mark.slow
 def test_learns_taxi_through_a_collector_with_the_weights_just_trained() -> None:
-    model = MaskablePPO("MlpPolicy", gym.make(TAXI), n_steps=128, batch_size=64, n_epochs=2, learning_rate=3e-3,
-                        policy_kwargs=SMALL, seed=0)  # fmt: skip
+    model = MaskablePPO(
+        "MlpPolicy",
+        gym.make(TAXI),
+        n_steps=128,
+        batch_size=64,
+        n_epochs=2,
+        learning_rate=3e-3,
+        policy_kwargs=SMALL,
+        seed=0,
+    )
     collector = Collector(taxi_env, MaskablePolicyModule(model.policy), frames_per_batch=128)
     sent: list[int] = []
     update = collector.update_policy_weights_
@@ -273,8 +287,11 @@ def test_learns_taxi_through_a_collector_with_the_weights_just_trained() -> None
 )
 def test_learns_sb3_contribs_invalid_action_envs_without_an_invalid_action(make_env: Any) -> None:
     model = MaskablePPO("MlpPolicy", make_env(), n_steps=64, batch_size=64, n_epochs=2, policy_kwargs=SMALL, seed=0)
-    collector = Collector(lambda: masked_gym_env(StrictMask(make_env(), "method")),
-                          MaskablePolicyModule(model.policy), frames_per_batch=64)  # fmt: skip
+    collector = Collector(
+        lambda: masked_gym_env(StrictMask(make_env(), "method")),
+        MaskablePolicyModule(model.policy),
+        frames_per_batch=64,
+    )
     check = PolicyWasTrained()
     model.learn(256, callback=check, collector=collector)
     check.check(rollouts=4)
@@ -289,8 +306,9 @@ def test_learns_with_the_mask_inside_a_dict_observation() -> None:
         return masked_gym_env(DictWithMask(StrictMask(InvalidActionEnvDiscrete(dim=6, n_invalid_actions=4), "method")))
 
     spaces_env = ActionMaskInInfo(DictWithMask(InvalidActionEnvDiscrete(dim=6, n_invalid_actions=4)))
-    model = MaskablePPO("MultiInputPolicy", spaces_env, n_steps=64, batch_size=64, n_epochs=2, policy_kwargs=SMALL,
-                        seed=0)  # fmt: skip
+    model = MaskablePPO(
+        "MultiInputPolicy", spaces_env, n_steps=64, batch_size=64, n_epochs=2, policy_kwargs=SMALL, seed=0
+    )
     collector = Collector(make, MaskablePolicyModule(model.policy), frames_per_batch=64)
     check = PolicyWasTrained()
     model.learn(256, callback=check, collector=collector)
@@ -303,8 +321,7 @@ def test_learns_with_the_mask_inside_a_dict_observation() -> None:
 
 @pytest.mark.slow
 def test_learns_torchrls_tictactoe_without_playing_an_occupied_square() -> None:
-    model = MaskablePPO("MlpPolicy", BoardSpaces(), n_steps=64, batch_size=64, n_epochs=2, policy_kwargs=SMALL,
-                        seed=0)  # fmt: skip
+    model = MaskablePPO("MlpPolicy", BoardSpaces(), n_steps=64, batch_size=64, n_epochs=2, policy_kwargs=SMALL, seed=0)
     module = MaskablePolicyModule(model.policy, observation_keys=["board"])
     collector = Collector(tictactoe_env, module, frames_per_batch=64)
     check = PolicyWasTrained()
@@ -320,8 +337,16 @@ def test_learns_torchrls_tictactoe_without_playing_an_occupied_square() -> None:
 
 @pytest.mark.slow
 def test_learns_from_multisync_collector_with_two_workers_and_leaves_no_process() -> None:
-    model = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=32, batch_size=64, n_epochs=2,
-                        learning_rate=3e-3, policy_kwargs=SMALL, seed=0)  # fmt: skip
+    model = MaskablePPO(
+        "MlpPolicy",
+        invalid_discrete_env_gym(),
+        n_steps=32,
+        batch_size=64,
+        n_epochs=2,
+        learning_rate=3e-3,
+        policy_kwargs=SMALL,
+        seed=0,
+    )
     collector = MultiSyncCollector([invalid_discrete_env] * 2, MaskablePolicyModule(model.policy), frames_per_batch=64)
     check = PolicyWasTrained()
     model.learn(192, callback=check, collector=collector)
@@ -333,8 +358,16 @@ def test_learns_from_multisync_collector_with_two_workers_and_leaves_no_process(
 @pytest.mark.slow
 def test_workers_running_batched_envs_fill_one_row_per_env() -> None:
     """MultiSyncCollector stacks (workers, envs, T); each env becomes one row of the rollout."""
-    model = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=16, batch_size=64, n_epochs=2,
-                        learning_rate=3e-3, policy_kwargs=SMALL, seed=0)  # fmt: skip
+    model = MaskablePPO(
+        "MlpPolicy",
+        invalid_discrete_env_gym(),
+        n_steps=16,
+        batch_size=64,
+        n_epochs=2,
+        learning_rate=3e-3,
+        policy_kwargs=SMALL,
+        seed=0,
+    )
     collector = MultiSyncCollector(
         [two_invalid_discrete_envs] * 2, MaskablePolicyModule(model.policy), frames_per_batch=64
     )
@@ -351,8 +384,16 @@ def test_workers_running_batched_envs_fill_one_row_per_env() -> None:
 @pytest.mark.slow
 def test_learns_from_a_distributed_collector_on_loopback() -> None:
     """TorchRL's torch.distributed collector (gloo), its workers launched locally; see docs for several hosts."""
-    model = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=32, batch_size=64, n_epochs=2,
-                        learning_rate=3e-3, policy_kwargs=SMALL, seed=0)  # fmt: skip
+    model = MaskablePPO(
+        "MlpPolicy",
+        invalid_discrete_env_gym(),
+        n_steps=32,
+        batch_size=64,
+        n_epochs=2,
+        learning_rate=3e-3,
+        policy_kwargs=SMALL,
+        seed=0,
+    )
     collector = DistributedCollector(
         [invalid_discrete_env] * 2,
         MaskablePolicyModule(model.policy),
@@ -378,8 +419,14 @@ def test_learn_refuses_a_collector_without_masking_or_extend_and_leaves_it_untou
         pass
 
     plain = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=16, batch_size=16, policy_kwargs=SMALL)
-    theirs = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=16, batch_size=16, policy_kwargs=SMALL,
-                         rollout_buffer_class=SB3ContribBuffer)  # fmt: skip
+    theirs = MaskablePPO(
+        "MlpPolicy",
+        invalid_discrete_env_gym(),
+        n_steps=16,
+        batch_size=16,
+        policy_kwargs=SMALL,
+        rollout_buffer_class=SB3ContribBuffer,
+    )
     collector = Collector(invalid_discrete_env, MaskablePolicyModule(plain.policy), frames_per_batch=16)
     try:
         with pytest.raises(ValueError, match="use_masking=False is not available with a collector"):
@@ -402,9 +449,15 @@ def test_learn_refuses_a_collector_without_masking_or_extend_and_leaves_it_untou
 @pytest.mark.slow
 def test_learn_refuses_a_distributed_sync_collector_naming_the_on_policy_one() -> None:
     model = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=32, batch_size=64, policy_kwargs=SMALL)
-    collector = DistributedSyncCollector([invalid_discrete_env], MaskablePolicyModule(model.policy),
-                                         frames_per_batch=32, total_frames=1 << 20, launcher="mp", backend="gloo",
-                                         tcp_port=str(29300 + os.getpid() % 300))  # fmt: skip
+    collector = DistributedSyncCollector(
+        [invalid_discrete_env],
+        MaskablePolicyModule(model.policy),
+        frames_per_batch=32,
+        total_frames=1 << 20,
+        launcher="mp",
+        backend="gloo",
+        tcp_port=str(29300 + os.getpid() % 300),
+    )
     try:
         with pytest.raises(TypeError, match=r"DistributedCollector\(\.\.\., sync=True\)"):
             model.learn(64, collector=collector)
@@ -418,8 +471,16 @@ def test_learn_refuses_a_distributed_sync_collector_naming_the_on_policy_one() -
 def test_a_second_learn_on_the_same_collector_continues_its_batches_with_the_weights_just_trained() -> None:
     """learn(..., shutdown=False) then learn(..., reset_num_timesteps=False): the second learn continues the
     collector's batch stream (TorchRL ends the workers when the iterator driving them is dropped)."""
-    model = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=32, batch_size=64, n_epochs=2,
-                        learning_rate=3e-3, policy_kwargs=SMALL, seed=0)  # fmt: skip
+    model = MaskablePPO(
+        "MlpPolicy",
+        invalid_discrete_env_gym(),
+        n_steps=32,
+        batch_size=64,
+        n_epochs=2,
+        learning_rate=3e-3,
+        policy_kwargs=SMALL,
+        seed=0,
+    )
     collector = MultiSyncCollector([invalid_discrete_env] * 2, MaskablePolicyModule(model.policy), frames_per_batch=64)
     check = PolicyWasTrained()
     try:
@@ -441,8 +502,9 @@ def test_learn_refuses_an_env_without_masks_naming_masked_gym_env() -> None:
         Collector(unmasked, MaskablePolicyModule(model.policy), frames_per_batch=16)
     board = MaskablePPO("MlpPolicy", BoardSpaces(), n_steps=16, batch_size=16, policy_kwargs=SMALL)
     module = MaskablePolicyModule(board.policy, observation_keys=["board"], mask_key="mask")  # TicTacToe's own key
-    collector = Collector(lambda: TransformedEnv(TicTacToeEnv(single_player=True), InitTracker()), module,
-                          frames_per_batch=16)  # fmt: skip
+    collector = Collector(
+        lambda: TransformedEnv(TicTacToeEnv(single_player=True), InitTracker()), module, frames_per_batch=16
+    )
     before = board.rollout_buffer.tensordict.clone()
     with pytest.raises(ValueError, match=r"batch has no 'action_mask' entry.*RenameTransform"):
         board.learn(32, collector=collector)
@@ -455,8 +517,11 @@ def test_learn_refuses_a_plain_tensordict_module_naming_maskable_policy_module()
     first = TensorDictModule(lambda obs: torch.zeros_like(obs), in_keys=["observation"], out_keys=["action"])
     collector = Collector(invalid_discrete_env, first, frames_per_batch=16)
     try:
-        with pytest.raises(TypeError, match=r"runs a TensorDictModule, not a MaskablePolicyModule.*"
-                                            r"MaskablePolicyModule\(model\.policy\)"):  # fmt: skip
+        with pytest.raises(
+            TypeError,
+            match=r"runs a TensorDictModule, not a MaskablePolicyModule.*"
+            r"MaskablePolicyModule\(model\.policy\)",
+        ):
             model.learn(32, collector=collector)
         assert model.num_timesteps == 0
     finally:
@@ -474,8 +539,9 @@ def test_a_second_learn_on_a_collector_the_first_shut_down_is_refused_naming_shu
 
 def test_a_collector_that_runs_out_of_frames_ends_in_collector_failed_naming_total_frames() -> None:
     model = MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=16, batch_size=16, policy_kwargs=SMALL)
-    collector = Collector(invalid_discrete_env, MaskablePolicyModule(model.policy), frames_per_batch=16,
-                          total_frames=32)  # fmt: skip
+    collector = Collector(
+        invalid_discrete_env, MaskablePolicyModule(model.policy), frames_per_batch=16, total_frames=32
+    )
     with pytest.raises(CollectorFailed, match=r"stopped after 32 steps.*create it with total_frames=-1"):
         model.learn(64, collector=collector)
     assert model.num_timesteps == 32

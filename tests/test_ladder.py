@@ -78,8 +78,9 @@ def test_an_illegal_move_is_counted_and_loses_the_game() -> None:
     def blunder(observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
         return int(np.flatnonzero(~mask)[0]) if (~mask).any() else random_legal(observation, mask, rng)
 
-    result = summarise(play_games("tictactoe_v3", blunder, random_legal, 4, seed=0), ["player_1", "player_2"],
-                       "win_rate")  # fmt: skip
+    result = summarise(
+        play_games("tictactoe_v3", blunder, random_legal, 4, seed=0), ["player_1", "player_2"], "win_rate"
+    )
     assert result["illegal_moves"] == 4 and result["loss"] == 1.0
 
 
@@ -132,16 +133,20 @@ def test_the_same_seed_gives_the_same_numbers() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("game", "keys"), [("tictactoe_v3", {"vs_perfect_win", "vs_heuristic_loss"}),
-                                            ("leduc_holdem_v4", {"vs_random_chips"})])  # fmt: skip
+@pytest.mark.parametrize(
+    ("game", "keys"),
+    [("tictactoe_v3", {"vs_perfect_win", "vs_heuristic_loss"}), ("leduc_holdem_v4", {"vs_random_chips"})],
+)
 def test_win_rates_measures_the_games_ladder_during_training(game: str, keys: set[str]) -> None:
     rates = WinRates(game, every=1, games=4, seed=0)
     _model(game).learn(64, callback=rates)
     assert len(rates.points) == 2 and keys <= set(rates.points[0])
     again = WinRates(game, every=1, games=4, seed=0)
     _model(game).learn(64, callback=again)
-    untimed = [[{key: value for key, value in point.items() if key != "seconds"} for point in run.points]
-               for run in (rates, again)]  # fmt: skip
+    untimed = [
+        [{key: value for key, value in point.items() if key != "seconds"} for point in run.points]
+        for run in (rates, again)
+    ]
     assert untimed[0] == untimed[1]  # the same seed, the same measurements; only the wall time differs
     assert all("seconds" in point for point in rates.points)  # the time axis of the curve
 

@@ -25,8 +25,15 @@ def first_legal(observation: np.ndarray, mask: np.ndarray, rng: np.random.Genera
 
 
 def _model() -> MaskablePPO:
-    return MaskablePPO("MlpPolicy", SeatEnv("tictactoe_v3"), n_steps=64, batch_size=64, n_epochs=1,
-                       policy_kwargs={"net_arch": [16]}, seed=0)  # fmt: skip
+    return MaskablePPO(
+        "MlpPolicy",
+        SeatEnv("tictactoe_v3"),
+        n_steps=64,
+        batch_size=64,
+        n_epochs=1,
+        policy_kwargs={"net_arch": [16]},
+        seed=0,
+    )
 
 
 def test_the_league_draws_most_the_opponents_the_learner_does_not_beat_and_keeps_a_share_for_the_others() -> None:
@@ -166,8 +173,9 @@ def test_a_fixed_share_splits_the_games_between_the_snapshots_and_the_fixed_play
     league = League(2, {"first": first_legal, "perfect": perfect_tictactoe}, fixed_share=0.5)
     league.scores.copy_(torch.tensor([0.5, 0.5, 1.0, 0.0]))  # the snapshots even, first beaten, perfect unbeaten
     probabilities = league.probabilities()
-    assert torch.allclose(probabilities[:2].sum(), torch.tensor(0.5)) and torch.allclose(probabilities[2:].sum(),
-                                                                                         torch.tensor(0.5))  # fmt: skip
+    assert torch.allclose(probabilities[:2].sum(), torch.tensor(0.5)) and torch.allclose(
+        probabilities[2:].sum(), torch.tensor(0.5)
+    )
     assert torch.allclose(probabilities[:2], torch.tensor([0.25, 0.25]))
     assert torch.allclose(probabilities[2:], torch.tensor([0.05, 1.05]) / 1.1 * 0.5)  # within: (1 - score)^2 + floor
     # both fixed players beaten: in one draw they get 0.1 / 0.7 of the games, split they keep half

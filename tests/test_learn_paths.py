@@ -36,8 +36,9 @@ def learn(path: str, total: int, callback: Any = None, logger_dir: Path | None =
         model.set_logger(configure(str(logger_dir), ["csv"]))
     if path == "vecenv":
         return model.learn(total, callback=callback)
-    collector = Collector(two_invalid_discrete_envs, MaskablePolicyModule(model.policy),
-                          frames_per_batch=N_ENVS * N_STEPS)  # fmt: skip
+    collector = Collector(
+        two_invalid_discrete_envs, MaskablePolicyModule(model.policy), frames_per_batch=N_ENVS * N_STEPS
+    )
     return model.learn(total, callback=callback, collector=collector)
 
 

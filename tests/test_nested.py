@@ -123,8 +123,10 @@ def test_predict_takes_the_nested_observation_as_the_env_returns_it() -> None:
     flat_action, _ = model.predict(flatten_observation(obs), deterministic=True, action_masks=env.action_masks())
     assert action == flat_action and env.action_masks()[int(action)]
     # A batch of nested observations, as a VecEnv of nested envs would give them before flattening.
-    batch = {"board": {k: np.stack([v] * 3) for k, v in obs["board"].items()},
-             "player": {k: np.stack([v] * 3) for k, v in obs["player"].items()}}  # fmt: skip
+    batch = {
+        "board": {k: np.stack([v] * 3) for k, v in obs["board"].items()},
+        "player": {k: np.stack([v] * 3) for k, v in obs["player"].items()},
+    }
     actions, _ = model.predict(batch, deterministic=True, action_masks=np.stack([env.action_masks()] * 3))
     assert actions.tolist() == [int(action)] * 3
 
@@ -143,8 +145,13 @@ def test_learns_through_a_collector_with_nested_observation_keys() -> None:
     model = MaskablePPO("MultiInputPolicy", BoardEnv(), **SETTINGS)
     initial = parameters(model)
     policy = MaskablePolicyModule(model.policy)
-    assert policy.in_keys == [("board", "cells"), ("board", "turn"), ("player", "lives"), ("player", "pos"),
-                              "action_mask"]  # fmt: skip
+    assert policy.in_keys == [
+        ("board", "cells"),
+        ("board", "turn"),
+        ("player", "lives"),
+        ("player", "pos"),
+        "action_mask",
+    ]
     collector = Collector(lambda: masked_gym_env(BoardEnv()), policy, frames_per_batch=16, total_frames=-1)
     collector.set_seed(0)
     collector.reset()  # set_seed reseeds the env but keeps the step it had: without this, a stale first mask
@@ -182,8 +189,10 @@ def test_a_flattened_space_is_stored_as_its_nested_space_is() -> None:
     # The '/' key mapping: a buffer of the flattened space (MaskablePPO's) fills the same rollout TensorDict as a
     # buffer of the nested space given the nested observations, and its minibatches keep SB3's flat keys.
     nested_space = BoardEnv().observation_space
-    flat, nested = (MaskableDictRolloutBuffer(3, space, spaces.Discrete(CELLS), "cpu", n_envs=2)
-                    for space in (flatten_space(nested_space), nested_space))  # fmt: skip
+    flat, nested = (
+        MaskableDictRolloutBuffer(3, space, spaces.Discrete(CELLS), "cpu", n_envs=2)
+        for space in (flatten_space(nested_space), nested_space)
+    )
     rng = np.random.default_rng(0)
     for _ in range(3):
         nested_space.seed(int(rng.integers(1 << 31)))

@@ -30,8 +30,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         paths[game] = folder / f"{game}.zip"
         MaskablePPO("MlpPolicy", SeatEnv(game), seed=0).save(paths[game])
     paths["leduc_lstm"] = folder / "leduc_lstm.zip"
-    MaskableRecurrentPPO("MlpLstmPolicy", SeatEnv("leduc_holdem_v4"), policy_kwargs={"lstm_hidden_size": 8},
-                         seed=0).save(paths["leduc_lstm"])  # fmt: skip
+    MaskableRecurrentPPO(
+        "MlpLstmPolicy", SeatEnv("leduc_holdem_v4"), policy_kwargs={"lstm_hidden_size": 8}, seed=0
+    ).save(paths["leduc_lstm"])
     return paths
 
 
@@ -161,9 +162,13 @@ def test_a_missing_file_a_non_model_or_another_games_model_is_refused_in_one_lin
         str(models["connect_four_v3"]): r"trained on observations \(6, 7, 2\) with 7 moves, but tictactoe_v3 has",
     }
     for path, problem in cases.items():
-        run = subprocess.run([sys.executable, "-m", "torchrl_mask", "play", "--env", "pettingzoo:tictactoe_v3", "-i",
-                              path], capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                             env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+        run = subprocess.run(
+            [sys.executable, "-m", "torchrl_mask", "play", "--env", "pettingzoo:tictactoe_v3", "-i", path],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
         assert run.returncode == 2
         assert len(run.stderr.splitlines()) == 1 and re.search(problem, run.stderr), run.stderr
         assert "pass" in run.stderr and run.stdout == ""
@@ -173,8 +178,18 @@ def test_a_missing_file_a_non_model_or_another_games_model_is_refused_in_one_lin
 def test_a_reader_that_stops_reading_ends_play_quietly(models: dict[str, Path]) -> None:
     # `torchrl-mask play ... | head -n 1`: the reader goes away after one line, play's next writes find no reader
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
-    command = [sys.executable, "-m", "torchrl_mask", "play", "--env", "pettingzoo:tictactoe_v3", "-i",
-               str(models["tictactoe_v3"]), "--seat", "second"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torchrl_mask",
+        "play",
+        "--env",
+        "pettingzoo:tictactoe_v3",
+        "-i",
+        str(models["tictactoe_v3"]),
+        "--seat",
+        "second",
+    ]
     play = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     head = subprocess.run(["head", "-n", "1"], stdin=play.stdout, capture_output=True, text=True, timeout=120)
     assert play.stdout is not None
@@ -191,8 +206,16 @@ def test_ctrl_c_while_play_starts_up_is_one_line(models: dict[str, Path]) -> Non
     import time
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
-    command = [sys.executable, "-m", "torchrl_mask", "play", "--env", "pettingzoo:tictactoe_v3", "-i",
-               str(models["tictactoe_v3"])]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torchrl_mask",
+        "play",
+        "--env",
+        "pettingzoo:tictactoe_v3",
+        "-i",
+        str(models["tictactoe_v3"]),
+    ]
     play = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(0.5)  # inside its imports (torch, the game), before the game begins
     play.send_signal(signal.SIGINT)
@@ -207,15 +230,38 @@ def test_ctrl_c_while_play_starts_up_is_one_line(models: dict[str, Path]) -> Non
 @pytest.mark.slow
 def test_the_model_searches_before_its_moves_with_simulations_and_the_game_plays_out(models: dict[str, Path]) -> None:
     # MCTS over the untrained network's priors and value: a whole Connect Four game, the model's moves all legal
-    child = _spawn("--env", "pettingzoo:connect_four_v3", "-i", str(models["connect_four_v3"]), "--seat", "first",
-                   "--simulations", "50")  # fmt: skip
+    child = _spawn(
+        "--env",
+        "pettingzoo:connect_four_v3",
+        "-i",
+        str(models["connect_four_v3"]),
+        "--seat",
+        "first",
+        "--simulations",
+        "50",
+    )
     assert re.fullmatch(RESULT, _play_out(child))
 
 
 @pytest.mark.slow
 def test_simulations_for_a_game_the_search_cannot_copy_are_refused_in_one_line(models: dict[str, Path]) -> None:
-    run = subprocess.run([sys.executable, "-m", "torchrl_mask", "play", "--env", "pettingzoo:leduc_holdem_v4", "-i",
-                          str(models["leduc_holdem_v4"]), "--simulations", "10"], capture_output=True, text=True,
-                         stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchrl_mask",
+            "play",
+            "--env",
+            "pettingzoo:leduc_holdem_v4",
+            "-i",
+            str(models["leduc_holdem_v4"]),
+            "--simulations",
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert run.returncode == 2 and run.stdout == ""
     assert len(run.stderr.splitlines()) == 1 and "--simulations 10: the search plays" in run.stderr, run.stderr

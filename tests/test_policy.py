@@ -65,8 +65,9 @@ def test_policy_module_samples_sb3_contribs_masked_distribution(env: gym.Env) ->
     actions = out["action"].reshape(n, -1)
     with torch.no_grad():
         dist = model.policy.get_distribution(obs_t[:1], action_masks=mask[:1].numpy())
-        _, log_prob, _ = model.policy.evaluate_actions(obs_t, actions.squeeze(-1) if actions.shape[1] == 1 else actions,
-                                                       action_masks=mask)  # fmt: skip
+        _, log_prob, _ = model.policy.evaluate_actions(
+            obs_t, actions.squeeze(-1) if actions.shape[1] == 1 else actions, action_masks=mask
+        )
     assert torch.equal(out["action_log_prob"], log_prob)  # sb3-contrib's masked distribution, bit for bit
     assert bool(allowed(out["action"], mask, env.action_space).all())
     parts = dist.distributions if hasattr(dist, "distributions") else [dist.distribution]
@@ -80,9 +81,13 @@ def test_policy_module_fast_call_writes_what_tensordict_modules_forward_writes()
     env = InvalidActionEnvMultiDiscrete(dims=[3, 4], n_invalid_actions=3)
     module = MaskablePolicyModule(MaskablePPO("MlpPolicy", env, policy_kwargs=SMALL, seed=0).policy)
     rng = np.random.default_rng(1)
-    td = TensorDict({"observation": torch.as_tensor(rng.integers(0, [3, 4], size=(5, 2))),
-                     "action_mask": torch.as_tensor(rng.random((5, 7)) < 0.6) | torch.eye(1, 7, dtype=torch.bool)},
-                    [5])  # fmt: skip
+    td = TensorDict(
+        {
+            "observation": torch.as_tensor(rng.integers(0, [3, 4], size=(5, 2))),
+            "action_mask": torch.as_tensor(rng.random((5, 7)) < 0.6) | torch.eye(1, 7, dtype=torch.bool),
+        },
+        [5],
+    )
     td["action_mask"][:, 3] = True
     with set_interaction_type(InteractionType.DETERMINISTIC):
         fast = module(td.clone())
@@ -137,8 +142,11 @@ def test_policy_module_rejects_wrong_number_of_observation_keys() -> None:
 
 
 def test_policy_module_refuses_a_mask_holding_nan_or_two_instead_of_reading_it_as_allowed() -> None:
-    module = MaskablePolicyModule(MaskablePPO("MlpPolicy", InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1),
-                                              policy_kwargs=SMALL, seed=0).policy)  # fmt: skip
+    module = MaskablePolicyModule(
+        MaskablePPO(
+            "MlpPolicy", InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1), policy_kwargs=SMALL, seed=0
+        ).policy
+    )
     obs = torch.zeros(2, 4)
     for bad in (torch.tensor([[1.0, float("nan"), 0.0, 1.0]] * 2), torch.tensor([[0, 2, 1, 0]] * 2)):
         with pytest.raises(ValueError, match="values other than 0 and 1"):

@@ -395,8 +395,11 @@ def test_predict_refuses_masks_add_refuses_and_writes_nothing() -> None:
     env = InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1)
     model = MaskablePPO("MlpPolicy", env, n_steps=16, seed=0, policy_kwargs=TINY_MLP)
     obs, _ = env.reset(seed=0)
-    for bad, message in [(np.zeros(4, bool), "allow no action"), (np.array([1.0, np.nan, 1.0, 0.0]), "other than 0"),
-                         (np.ones(5, bool), "shape")]:  # fmt: skip
+    for bad, message in [
+        (np.zeros(4, bool), "allow no action"),
+        (np.array([1.0, np.nan, 1.0, 0.0]), "other than 0"),
+        (np.ones(5, bool), "shape"),
+    ]:
         with pytest.raises(ValueError, match=message):
             model.predict(obs, action_masks=bad)
 

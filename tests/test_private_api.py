@@ -64,66 +64,99 @@ ENTRIES: list[tuple[str, str, Callable[[], Any], tuple[str, ...], str]] = [
     # torch: the flat Adam step, and the checks that nothing is hooked where a fast path skips __call__.
     ("torch", "torch", lambda: torch, ("_foreach_add_", "_foreach_addcdiv_"), "fastpath/adam.py"),
     (
-        "torch", "torch.optim.optimizer", lambda: optimizer_module,
-        ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks"), "fastpath/adam.py",
+        "torch",
+        "torch.optim.optimizer",
+        lambda: optimizer_module,
+        ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks"),
+        "fastpath/adam.py",
     ),
     ("torch", "an Adam", _adam, ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks"), "fastpath/adam.py"),
     (
-        "torch", "torch.nn.modules.module", lambda: nn.modules.module,
+        "torch",
+        "torch.nn.modules.module",
+        lambda: nn.modules.module,
         ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks"),
         "fastpath/stock.py",
     ),
     (
-        "torch", "an nn.Linear", lambda: nn.Linear(1, 1),
+        "torch",
+        "an nn.Linear",
+        lambda: nn.Linear(1, 1),
         ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks", "_modules"),
         "fastpath/stock.py; torchrl/policy.py (_modules: the module shipped to workers)",
     ),
     # SB3: the state collect_rollouts carries between rollouts, and the hooks MaskablePPO extends.
     (
-        "stable-baselines3", "a model after learn()", _trained_model, ("_last_obs", "_last_episode_starts"),
+        "stable-baselines3",
+        "a model after learn()",
+        _trained_model,
+        ("_last_obs", "_last_episode_starts"),
         "algorithms/vecenv_source.py",
     ),
     (
-        "stable-baselines3", "BaseAlgorithm", lambda: BaseAlgorithm,
+        "stable-baselines3",
+        "BaseAlgorithm",
+        lambda: BaseAlgorithm,
         ("_update_info_buffer", "_setup_model", "_excluded_save_params", "_wrap_env"),
         "algorithms/ppo.py, recurrent_ppo.py, vecenv_source.py, collector_source.py",
     ),
     (
-        "stable-baselines3", "BasePolicy", lambda: BasePolicy, ("_get_constructor_parameters",),
+        "stable-baselines3",
+        "BasePolicy",
+        lambda: BasePolicy,
+        ("_get_constructor_parameters",),
         "games/selfplay.py (a snapshot of the policy); scheduling/network.py (JobScorerPolicy saves its width)",
     ),
     # sb3-contrib: the masked policy's distribution hook, the recurrent buffer's sample builder.
     (
-        "sb3-contrib", "MaskableActorCriticPolicy", lambda: MaskableActorCriticPolicy,
-        ("_get_action_dist_from_latent",), "torchrl/policy.py",
+        "sb3-contrib",
+        "MaskableActorCriticPolicy",
+        lambda: MaskableActorCriticPolicy,
+        ("_get_action_dist_from_latent",),
+        "torchrl/policy.py",
     ),
     (
-        "sb3-contrib", "MaskableActorCriticPolicy", lambda: MaskableActorCriticPolicy, ("_predict",),
+        "sb3-contrib",
+        "MaskableActorCriticPolicy",
+        lambda: MaskableActorCriticPolicy,
+        ("_predict",),
         "fastpath/stock.py (stock_predict: the hook predict() calls, swapped for one call)",
     ),
     (
-        "sb3-contrib", "MaskableActorCriticPolicy", lambda: MaskableActorCriticPolicy,
-        ("_build", "_build_mlp_extractor"), "scheduling/network.py (JobScorerPolicy: the job scores are the logits)",
+        "sb3-contrib",
+        "MaskableActorCriticPolicy",
+        lambda: MaskableActorCriticPolicy,
+        ("_build", "_build_mlp_extractor"),
+        "scheduling/network.py (JobScorerPolicy: the job scores are the logits)",
     ),
     # job-shop-lib (the scheduling extra): where its OR-Tools solver makes CP-SAT's solver, to set its workers.
     (
-        "job-shop-lib", "ORToolsSolver", _or_tools_solver, ("_initialize_model",),
+        "job-shop-lib",
+        "ORToolsSolver",
+        _or_tools_solver,
+        ("_initialize_model",),
         "scheduling/evaluation.py (CpSatSolver sets num_workers)",
     ),
     (
-        "sb3-contrib", "RecurrentRolloutBuffer", lambda: RecurrentRolloutBuffer, ("_get_samples",),
+        "sb3-contrib",
+        "RecurrentRolloutBuffer",
+        lambda: RecurrentRolloutBuffer,
+        ("_get_samples",),
         "rollout/recurrent_buffers.py",
     ),
     ("sb3-contrib", "RecurrentPPO", lambda: RecurrentPPO, ("_setup_model", "_wrap_env"), "algorithms/recurrent_ppo.py"),
     (
-        "stable-baselines3", "a FlattenExtractor", _flatten_extractor, ("_features_dim",),
+        "stable-baselines3",
+        "a FlattenExtractor",
+        _flatten_extractor,
+        ("_features_dim",),
         "algorithms/recurrent_policies.py (an int size for nn.LSTM)",
     ),
     # TorchRL: the collectors' weight-sync schemes, shut down before an unguarded script's error.
     ("torchrl", "a Collector", _collector, ("_weight_sync_schemes",), "torchrl/workers.py"),
     # CPython: a stuck worker's frame in the error, and the caller that starts a spawned worker.
     ("python", "sys", lambda: sys, ("_current_frames", "_getframe"), "torchrl/workers.py"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("library", "what", "get", "names", "where"), ENTRIES, ids=[f"{e[0]}:{e[1]}" for e in ENTRIES])

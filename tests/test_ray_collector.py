@@ -77,8 +77,16 @@ def ray_cluster() -> Iterator[None]:
 
 
 def small_model() -> MaskablePPO:
-    return MaskablePPO("MlpPolicy", invalid_discrete_env_gym(), n_steps=32, batch_size=64, n_epochs=2,
-                       learning_rate=3e-3, policy_kwargs=SMALL, seed=0)  # fmt: skip
+    return MaskablePPO(
+        "MlpPolicy",
+        invalid_discrete_env_gym(),
+        n_steps=32,
+        batch_size=64,
+        n_epochs=2,
+        learning_rate=3e-3,
+        policy_kwargs=SMALL,
+        seed=0,
+    )
 
 
 def learned(collector_class: Any, **kwargs: Any) -> tuple[torch.Tensor, MaskablePPO, Any]:
@@ -113,15 +121,26 @@ def test_a_ray_collector_learns_the_parameters_a_multisync_collector_learns(ray_
 @pytest.mark.timeout(300)
 def test_learn_refuses_a_ray_collector_that_gives_no_batch_or_off_policy_batches(ray_cluster: None) -> None:
     model = small_model()
-    endless = RayCollector([invalid_discrete_env], MaskablePolicyModule(model.policy), frames_per_batch=32,
-                           total_frames=-1, remote_configs=ONE_CPU)  # fmt: skip
+    endless = RayCollector(
+        [invalid_discrete_env],
+        MaskablePolicyModule(model.policy),
+        frames_per_batch=32,
+        total_frames=-1,
+        remote_configs=ONE_CPU,
+    )
     try:
         with pytest.raises(ValueError, match=r"total_frames=-1\) yields no batch.*total_frames of at least"):
             model.learn(64, collector=endless)
     finally:
         shutdown(endless)
-    racing = RayCollector([invalid_discrete_env] * 2, MaskablePolicyModule(model.policy), frames_per_batch=32,
-                          total_frames=1 << 40, sync=False, remote_configs=ONE_CPU)  # fmt: skip
+    racing = RayCollector(
+        [invalid_discrete_env] * 2,
+        MaskablePolicyModule(model.policy),
+        frames_per_batch=32,
+        total_frames=1 << 40,
+        sync=False,
+        remote_configs=ONE_CPU,
+    )
     try:
         with pytest.raises(TypeError, match=r"sync=False\) over 2 remote collectors.*create it with sync=True"):
             model.learn(64, collector=racing)
@@ -160,8 +179,9 @@ def test_after_a_refused_ray_collector_a_correct_one_in_the_same_process_trains(
     says so), so the collector the error asks for, made next in the same process (a notebook), gets its actors."""
     model = small_model()
     envs = [functools.partial(seeded_invalid_discrete_env, seed) for seed in (10, 11)]
-    endless = RayCollector(envs, MaskablePolicyModule(model.policy), frames_per_batch=64, total_frames=-1,
-                           remote_configs=ONE_CPU)  # fmt: skip
+    endless = RayCollector(
+        envs, MaskablePolicyModule(model.policy), frames_per_batch=64, total_frames=-1, remote_configs=ONE_CPU
+    )
     try:
         with pytest.raises(ValueError, match=r"total_frames=-1\) yields no batch") as refused:
             model.learn(64, collector=endless)
@@ -170,8 +190,14 @@ def test_after_a_refused_ray_collector_a_correct_one_in_the_same_process_trains(
         while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert ray.available_resources().get("CPU", 0) == 2, "the refused collector's actors still hold the CPUs"
-        corrected = RayCollector(envs, MaskablePolicyModule(model.policy), frames_per_batch=64,
-                                 total_frames=1 << 40, sync=True, remote_configs=ONE_CPU)  # fmt: skip
+        corrected = RayCollector(
+            envs,
+            MaskablePolicyModule(model.policy),
+            frames_per_batch=64,
+            total_frames=1 << 40,
+            sync=True,
+            remote_configs=ONE_CPU,
+        )
         train_within(model, corrected, 128, seconds=150)
         assert model.num_timesteps == 128
         assert corrected.remote_collectors == []  # learn() shut it down at the end
@@ -185,13 +211,21 @@ def test_after_a_refused_ray_collector_a_correct_one_in_the_same_process_trains(
 def test_a_recurrent_model_learns_through_a_ray_collector_with_the_weights_just_trained(ray_cluster: None) -> None:
     """MaskableRecurrentPPO over RayCollector(sync=True): the remote policies carry the LSTM states and collect with
     the weights just trained."""
-    model = MaskableRecurrentPPO("MlpLstmPolicy", make_vec_env(CueRecall, n_envs=1), n_steps=16, batch_size=32,
-                                 n_epochs=2, learning_rate=3e-3, seed=0,
-                                 policy_kwargs={"lstm_hidden_size": 8, "net_arch": [16]})  # fmt: skip
+    model = MaskableRecurrentPPO(
+        "MlpLstmPolicy",
+        make_vec_env(CueRecall, n_envs=1),
+        n_steps=16,
+        batch_size=32,
+        n_epochs=2,
+        learning_rate=3e-3,
+        seed=0,
+        policy_kwargs={"lstm_hidden_size": 8, "net_arch": [16]},
+    )
     module = MaskableRecurrentPolicyModule(model.policy)
     make_env = functools.partial(recurrent_cue_recall_env, module.make_tensordict_primer(), 1)
-    collector = RayCollector([make_env] * 2, module, frames_per_batch=32, total_frames=1 << 40, sync=True,
-                             remote_configs=ONE_CPU)  # fmt: skip
+    collector = RayCollector(
+        [make_env] * 2, module, frames_per_batch=32, total_frames=1 << 40, sync=True, remote_configs=ONE_CPU
+    )
     check = CollectedByTheLearnersLSTM()
     model.learn(96, callback=check, collector=collector)
     assert model.num_timesteps == 96 and model.rollout_buffer.tensordict.batch_size == (2, 16)

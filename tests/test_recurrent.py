@@ -325,8 +325,15 @@ class _MaskInObservationOnly(gym.Env):
 
 def test_masks_in_a_dict_observation_entry_are_read_and_kept_with_the_rollout() -> None:
     env = make_vec_env(_MaskInObservationOnly, n_envs=2, seed=0)
-    model = MaskableRecurrentPPO("MultiInputLstmPolicy", env, n_steps=16, batch_size=16, n_epochs=1, seed=0,
-                                 policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]})  # fmt: skip
+    model = MaskableRecurrentPPO(
+        "MultiInputLstmPolicy",
+        env,
+        n_steps=16,
+        batch_size=16,
+        n_epochs=1,
+        seed=0,
+        policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]},
+    )
     model.learn(64)  # the env raises on a forbidden action
     buffer = model.rollout_buffer
     stored = buffer.tensordict["action_mask"]
@@ -340,8 +347,15 @@ def test_masks_in_the_infos_are_read_from_each_step_and_each_reset() -> None:
     from collector_envs import TAXI, StrictMask
 
     env = make_vec_env(lambda: StrictMask(gym.make(TAXI), "info"), n_envs=2, seed=0)
-    model = MaskableRecurrentPPO("MlpLstmPolicy", env, n_steps=128, batch_size=64, n_epochs=1, seed=0,
-                                 policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]})  # fmt: skip
+    model = MaskableRecurrentPPO(
+        "MlpLstmPolicy",
+        env,
+        n_steps=128,
+        batch_size=64,
+        n_epochs=1,
+        seed=0,
+        policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]},
+    )
     model.learn(512)
     stored = model.rollout_buffer.tensordict["action_mask"]
     assert not bool(stored.all()), "Taxi's masks forbid moves into walls: some entries must be False"
@@ -376,8 +390,15 @@ class _CyclingInfoMask(gym.Env):
 def test_info_masks_at_each_rollouts_first_step_are_the_last_steps_not_the_resets(n_envs: int) -> None:
     # 5 steps per rollout: every rollout after the first starts at a t the reset's mask (action 0) forbids.
     env = make_vec_env(_CyclingInfoMask, n_envs=n_envs, seed=0)
-    model = MaskableRecurrentPPO("MlpLstmPolicy", env, n_steps=5, batch_size=5 * n_envs, n_epochs=1, seed=0,
-                                 policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]})  # fmt: skip
+    model = MaskableRecurrentPPO(
+        "MlpLstmPolicy",
+        env,
+        n_steps=5,
+        batch_size=5 * n_envs,
+        n_epochs=1,
+        seed=0,
+        policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]},
+    )
     model.learn(4 * 5 * n_envs)
     model.learn(5 * n_envs, reset_num_timesteps=False)  # a learn() that goes on from the last step, too
     assert env.get_attr("illegal") == [0] * n_envs

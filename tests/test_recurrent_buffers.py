@@ -166,15 +166,27 @@ def test_torchrls_lstm_module_reads_the_stored_states_and_is_init_as_they_are() 
             return True
 
     env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
-    model = MaskableRecurrentPPO("MlpLstmPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0,
-                                 policy_kwargs={"lstm_hidden_size": 8, "n_lstm_layers": 2})  # fmt: skip
+    model = MaskableRecurrentPPO(
+        "MlpLstmPolicy",
+        env,
+        n_steps=32,
+        batch_size=32,
+        n_epochs=1,
+        seed=0,
+        policy_kwargs={"lstm_hidden_size": 8, "n_lstm_layers": 2},
+    )
     weights = LstmWeights()
     model.learn(64, callback=weights, use_masking=False)
     rollout = model.rollout_buffer.tensordict
     assert rollout.get("is_init")[:, 1:].any()  # episodes of CartPole end within the rollout
     hidden, cell = ("recurrent_state", "actor", "hidden"), ("recurrent_state", "actor", "cell")
-    module = LSTMModule(input_size=4, hidden_size=8, num_layers=2, in_keys=["observation", hidden, cell],
-                        out_keys=["features", ("next", *hidden), ("next", *cell)])  # fmt: skip
+    module = LSTMModule(
+        input_size=4,
+        hidden_size=8,
+        num_layers=2,
+        in_keys=["observation", hidden, cell],
+        out_keys=["features", ("next", *hidden), ("next", *cell)],
+    )
     module.lstm.load_state_dict(weights.weights)
     for t in range(rollout.batch_size[1] - 1):
         step = module(rollout[:, t].clone())

@@ -141,9 +141,15 @@ def test_the_memory_task_is_learned_through_multisync_collector_workers_that_get
     from test_recurrent import success_rate
 
     model = MaskableRecurrentPPO(
-        "MlpLstmPolicy", make_vec_env(CueRecall, n_envs=8, env_kwargs={"delay": 1}), n_steps=16, batch_size=64,
-        n_epochs=4, learning_rate=3e-3, seed=0, policy_kwargs={"lstm_hidden_size": 16, "net_arch": [16]},
-    )  # fmt: skip
+        "MlpLstmPolicy",
+        make_vec_env(CueRecall, n_envs=8, env_kwargs={"delay": 1}),
+        n_steps=16,
+        batch_size=64,
+        n_epochs=4,
+        learning_rate=3e-3,
+        seed=0,
+        policy_kwargs={"lstm_hidden_size": 16, "net_arch": [16]},
+    )
     module = MaskableRecurrentPolicyModule(model.policy)
     make_env = functools.partial(recurrent_cue_recall_env, module.make_tensordict_primer(), 4, delay=1)
     collector = MultiSyncCollector([make_env] * 2, module, frames_per_batch=8 * 16)
@@ -186,8 +192,12 @@ def test_learn_refuses_collectors_that_cannot_give_the_lstms_rollout_and_leaves_
 
 def test_an_env_without_the_primer_is_refused_before_a_step_is_counted() -> None:
     model = recurrent_model()
-    collector = Collector(lambda: masked_gym_env(CueRecall()), MaskableRecurrentPolicyModule(model.policy),
-                          frames_per_batch=N_STEPS, auto_register_policy_transforms=False)  # fmt: skip
+    collector = Collector(
+        lambda: masked_gym_env(CueRecall()),
+        MaskableRecurrentPolicyModule(model.policy),
+        frames_per_batch=N_STEPS,
+        auto_register_policy_transforms=False,
+    )
     with pytest.raises(ValueError, match=r"append_transform\(module\.make_tensordict_primer\(\)\)"):
         model.learn(N_STEPS, collector=collector)
     assert model.num_timesteps == 0
@@ -200,6 +210,8 @@ def test_an_env_without_init_tracker_is_refused_naming_it() -> None:
         module.make_tensordict_primer()
     )
     with pytest.raises(ValueError, match="has no TorchRL InitTracker"):
-        model.learn(N_STEPS, collector=Collector(make_env, module, frames_per_batch=N_STEPS,
-                                                 auto_register_policy_transforms=False))  # fmt: skip
+        model.learn(
+            N_STEPS,
+            collector=Collector(make_env, module, frames_per_batch=N_STEPS, auto_register_policy_transforms=False),
+        )
     assert model.num_timesteps == 0

@@ -105,9 +105,27 @@ def test_train_with_eval_freq_writes_the_state_keeping_evaluations(tmp_path: Pat
     out = tmp_path / "run"
     path = os.pathsep.join(filter(None, [str(REPO / "tests"), os.environ.get("PYTHONPATH")]))
     hyperparams = ["n_envs=2", "n_steps=16", "batch_size=32", "policy_kwargs=dict(lstm_hidden_size=8)"]
-    command = [sys.executable, "-m", "torchrl_mask", "train", "--algo", "ppo_lstm_mask", "--env",
-               "collector_envs:CueRecall-v0", "--steps", "128", "--eval-freq", "128", "--eval-episodes", "20",
-               "--hyperparams", *hyperparams, "--no-progress", "--out", str(out)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torchrl_mask",
+        "train",
+        "--algo",
+        "ppo_lstm_mask",
+        "--env",
+        "collector_envs:CueRecall-v0",
+        "--steps",
+        "128",
+        "--eval-freq",
+        "128",
+        "--eval-episodes",
+        "20",
+        "--hyperparams",
+        *hyperparams,
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     run = subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     evaluations = np.load(out / "evaluations.npz")

@@ -20,9 +20,13 @@ STEPS = 15  # five episodes of the memory task
 
 def collected(exploration: InteractionType) -> tuple[MaskableRecurrentPPO, object]:
     model = MaskableRecurrentPPO(
-        "MlpLstmPolicy", make_vec_env(CueRecall, n_envs=1), n_steps=16, batch_size=16, seed=0,
+        "MlpLstmPolicy",
+        make_vec_env(CueRecall, n_envs=1),
+        n_steps=16,
+        batch_size=16,
+        seed=0,
         policy_kwargs={"lstm_hidden_size": 4},
-    )  # fmt: skip
+    )
     module = MaskableRecurrentPolicyModule(model.policy)
     env = masked_gym_env(CueRecall())  # with TorchRL's InitTracker: "is_init"
     env.append_transform(module.make_tensordict_primer())

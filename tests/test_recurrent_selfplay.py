@@ -30,8 +30,9 @@ LSTM = {"lstm_hidden_size": 8, "net_arch": [16]}
 
 
 def recurrent_model(game: str, seed: int = 0) -> MaskableRecurrentPPO:
-    return MaskableRecurrentPPO("MlpLstmPolicy", SeatEnv(game), n_steps=32, batch_size=32, n_epochs=1,
-                                policy_kwargs=LSTM, seed=seed)  # fmt: skip
+    return MaskableRecurrentPPO(
+        "MlpLstmPolicy", SeatEnv(game), n_steps=32, batch_size=32, n_epochs=1, policy_kwargs=LSTM, seed=seed
+    )
 
 
 def replayed(buffer: MaskableRecurrentRolloutBuffer, policy) -> tuple[float, float, int]:
@@ -40,9 +41,12 @@ def replayed(buffer: MaskableRecurrentRolloutBuffer, policy) -> tuple[float, flo
     samples = next(buffer.get(None))
     with torch.no_grad():
         values, log_prob, _ = policy.evaluate_actions(
-            samples.observations, samples.actions.long().flatten(), samples.lstm_states, samples.episode_starts,
+            samples.observations,
+            samples.actions.long().flatten(),
+            samples.lstm_states,
+            samples.episode_starts,
             action_masks=samples.action_masks,
-        )  # fmt: skip
+        )
     valid = samples.mask > 0
     gap_log_prob = (log_prob - samples.old_log_prob)[valid].abs().max().item()
     gap_value = (values.flatten() - samples.old_values)[valid].abs().max().item()
@@ -133,8 +137,9 @@ def test_the_self_play_policies_refuse_the_other_kind_of_model_and_an_env_withou
         td = env.reset()
         td["seat"] = torch.tensor(1)
         lonely(td)
-    collector = Collector(TurnBasedEnv("tictactoe_v3").append_transform(players.make_tensordict_primer()), players,
-                          frames_per_batch=32)  # fmt: skip
+    collector = Collector(
+        TurnBasedEnv("tictactoe_v3").append_transform(players.make_tensordict_primer()), players, frames_per_batch=32
+    )
     with pytest.raises(TypeError, match="MaskableRecurrentPPO's masked rollout buffer"):
         feedforward.learn(32, collector=collector)
     assert players.rollout_reader is RecurrentSelfPlayRollout
@@ -151,8 +156,9 @@ def test_an_lstm_player_carries_its_state_over_its_moves_and_each_seat_of_each_g
     mask = np.ones(4, dtype=bool)
     state = None
     for step, view in enumerate(views):
-        expected, state = model.predict(view, state=state, episode_start=np.array([step == 0]), action_masks=mask,
-                                        deterministic=True)  # fmt: skip
+        expected, state = model.predict(
+            view, state=state, episode_start=np.array([step == 0]), action_masks=mask, deterministic=True
+        )
         assert one(view, mask, rng) == int(expected)
         assert all(np.array_equal(mine, theirs) for mine, theirs in zip(one.state, state, strict=True))
     assert other.state is None
@@ -182,13 +188,35 @@ def test_rlcards_rule_agent_plays_on_the_seats_view_exactly_as_on_rlcards_raw_st
 def test_train_algo_ppo_lstm_mask_on_a_card_game_keeps_its_files_and_plays_no_illegal_move(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "torchrl_mask", "train", "--algo", "ppo_lstm_mask", "--env",
-         "pettingzoo:leduc_holdem_v4", "-n", "512", "--hyperparams", "n_envs=2", "n_steps=64", "batch_size=64",
-         "n_epochs=2",
-         "policy_kwargs=dict(net_arch=[32], lstm_hidden_size=16)", "--eval-episodes", "6", "--out", str(out),
-         "--no-progress", "--verbose", "0"],
-        cwd=REPO, capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "torchrl_mask",
+            "train",
+            "--algo",
+            "ppo_lstm_mask",
+            "--env",
+            "pettingzoo:leduc_holdem_v4",
+            "-n",
+            "512",
+            "--hyperparams",
+            "n_envs=2",
+            "n_steps=64",
+            "batch_size=64",
+            "n_epochs=2",
+            "policy_kwargs=dict(net_arch=[32], lstm_hidden_size=16)",
+            "--eval-episodes",
+            "6",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--verbose",
+            "0",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Training MaskableRecurrentPPO on pettingzoo:leduc_holdem_v4 by self-play" in proc.stdout
     assert {"model.zip", "evaluation.json", "win_rates.csv", "learning_curve.png"} <= {p.name for p in out.iterdir()}

@@ -103,8 +103,19 @@ def test_a_folder_holding_only_the_lock_of_a_killed_run_is_taken_without_overwri
 def test_self_play_checkpoints_come_every_save_freq_moves_not_every_few(tmp_path: Path) -> None:
     # the self-play model's callbacks run once per move (its VecEnv has one env): the frequency is in moves
     out = tmp_path / "run"
-    proc = run_cli("--env", "pettingzoo:tictactoe_v3", "-n", "3000", "--save-freq", "1500", "--eval-episodes", "2",
-                   "--out", str(out), *QUIET)  # fmt: skip
+    proc = run_cli(
+        "--env",
+        "pettingzoo:tictactoe_v3",
+        "-n",
+        "3000",
+        "--save-freq",
+        "1500",
+        "--eval-episodes",
+        "2",
+        "--out",
+        str(out),
+        *QUIET,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     trained = MaskablePPO.load(out / "model.zip", device="cpu").num_timesteps
     checkpoints = sorted(out.glob("rl_model_*_steps.zip"))

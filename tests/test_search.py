@@ -49,12 +49,14 @@ def test_perfect_tictactoe_breaks_ties_at_random_among_equal_moves() -> None:
 
 
 def test_perfect_tictactoe_never_loses_to_random_and_draws_itself_in_both_seats() -> None:
-    against_random = summarise(play_games("tictactoe_v3", perfect_tictactoe, random_legal, 100, 0),
-                               TICTACTOE_SEATS, "win_rate")  # fmt: skip
+    against_random = summarise(
+        play_games("tictactoe_v3", perfect_tictactoe, random_legal, 100, 0), TICTACTOE_SEATS, "win_rate"
+    )
     assert against_random["loss"] == 0.0 and against_random["win"] > 0.7
     assert all(seat["loss"] == 0.0 for seat in against_random["seats"].values())
-    itself = summarise(play_games("tictactoe_v3", perfect_tictactoe, perfect_tictactoe, 20, 0),
-                       TICTACTOE_SEATS, "win_rate")  # fmt: skip
+    itself = summarise(
+        play_games("tictactoe_v3", perfect_tictactoe, perfect_tictactoe, 20, 0), TICTACTOE_SEATS, "win_rate"
+    )
     assert itself["draw"] == 1.0
 
 
@@ -84,8 +86,9 @@ def test_negamax_3_makes_a_double_threat() -> None:
 
 
 def test_negamax_2_beats_the_one_ply_heuristic_from_both_seats() -> None:
-    result = summarise(play_games("connect_four_v3", negamax(2), one_ply_heuristic, 40, seed=0),
-                       CONNECT_FOUR_SEATS, "win_rate")  # fmt: skip
+    result = summarise(
+        play_games("connect_four_v3", negamax(2), one_ply_heuristic, 40, seed=0), CONNECT_FOUR_SEATS, "win_rate"
+    )
     assert result["illegal_moves"] == 0
     assert all(seat["win"] >= 0.8 for seat in result["seats"].values()), result
 

@@ -45,8 +45,13 @@ def _scripted_batch(values: list[float]) -> TensorDictBase:
 
     def policy(td: TensorDictBase) -> TensorDictBase:
         t = next(moves)
-        td.update({"action": torch.tensor(SCRIPT[t]), "state_value": torch.tensor([values[t]]),
-                   "action_log_prob": torch.tensor(0.0)})  # fmt: skip
+        td.update(
+            {
+                "action": torch.tensor(SCRIPT[t]),
+                "state_value": torch.tensor([values[t]]),
+                "action_log_prob": torch.tensor(0.0),
+            }
+        )
         return td
 
     env = TurnBasedEnv("tictactoe_v3")
@@ -55,8 +60,9 @@ def _scripted_batch(values: list[float]) -> TensorDictBase:
 
 def _buffer(rows: TensorDictBase, gamma: float, gae_lambda: float, game: str = "tictactoe_v3") -> MaskableRolloutBuffer:
     env = SeatEnv(game)
-    buffer = MaskableRolloutBuffer(rows.shape[1], env.observation_space, env.action_space, gamma=gamma,
-                                   gae_lambda=gae_lambda, n_envs=rows.shape[0])  # fmt: skip
+    buffer = MaskableRolloutBuffer(
+        rows.shape[1], env.observation_space, env.action_space, gamma=gamma, gae_lambda=gae_lambda, n_envs=rows.shape[0]
+    )
     buffer.extend(rows, ["observation"])
     return buffer
 
@@ -150,9 +156,13 @@ def _random_batch(game: str, n_envs: int, frames: int, seed: int) -> TensorDictB
 
     def policy(td: TensorDictBase) -> TensorDictBase:
         mask = td["action_mask"].float()
-        td.update({"action": torch.multinomial(mask, 1, generator=rng)[:, 0],
-                   "state_value": torch.rand(n_envs, 1, generator=rng),
-                   "action_log_prob": torch.zeros(n_envs)})  # fmt: skip
+        td.update(
+            {
+                "action": torch.multinomial(mask, 1, generator=rng)[:, 0],
+                "state_value": torch.rand(n_envs, 1, generator=rng),
+                "action_log_prob": torch.zeros(n_envs),
+            }
+        )
         return td
 
     return env.rollout(frames, policy, break_when_any_done=False)
@@ -253,8 +263,9 @@ def test_snapshot_pool_trains_the_learner_seat_only_and_refreshes_snapshots() ->
     model.learn(256, collector=Collector(envs, players, frames_per_batch=128, total_frames=-1))
     after = list(players.pool[0].policy.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(after, before, strict=True))
-    for snapshot, weights in zip(players.pool[0].policy.state_dict().values(), model.policy.state_dict().values(),
-                                 strict=True):  # fmt: skip
+    for snapshot, weights in zip(
+        players.pool[0].policy.state_dict().values(), model.policy.state_dict().values(), strict=True
+    ):
         assert snapshot.shape == weights.shape
 
 
@@ -276,8 +287,9 @@ def test_a_pool_and_an_env_that_disagree_on_the_opponents_are_refused(opponents,
 def test_multisync_collector_workers_play_self_play_games() -> None:
     model = _model()
     makers = [lambda: TurnBasedEnv("tictactoe_v3", opponents=2)] * 2
-    collector = MultiSyncCollector(makers, SelfPlayPolicy(model.policy, pool_size=2), frames_per_batch=128,
-                                   total_frames=-1)  # fmt: skip
+    collector = MultiSyncCollector(
+        makers, SelfPlayPolicy(model.policy, pool_size=2), frames_per_batch=128, total_frames=-1
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         model.learn(300, collector=collector)
@@ -286,8 +298,13 @@ def test_multisync_collector_workers_play_self_play_games() -> None:
 
 def test_multisync_splits_the_games_over_at_most_one_worker_per_core_with_equal_shares() -> None:
     assert [worker_count(games, cores) for games, cores in [(128, 2), (128, 16), (6, 4), (2, 8), (7, 2), (1, 4)]] == [
-        2, 16, 3, 2, 1, 1,
-    ]  # fmt: skip
+        2,
+        16,
+        3,
+        2,
+        1,
+        1,
+    ]
 
 
 @pytest.mark.parametrize("algo", ["ppo_mask", "ppo_lstm_mask"])
@@ -298,9 +315,16 @@ def test_the_train_jobs_multisync_workers_each_play_a_batch_of_games(
     # reader flattens the (workers, games, moves) batch into the games' rows before splitting it by seat)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     hyperparams = {"n_steps": 16, "batch_size": 48, "n_epochs": 1, "policy_kwargs": {"net_arch": [16]}}
-    config = TrainConfig(env_id="pettingzoo:tictactoe_v3", algo=algo, n_timesteps=96, n_envs=6,
-                         hyperparams=hyperparams, seed=3, collector="multisync",
-                         selfplay=SelfPlay(pool_size=1, league_players=("random",)))  # fmt: skip
+    config = TrainConfig(
+        env_id="pettingzoo:tictactoe_v3",
+        algo=algo,
+        n_timesteps=96,
+        n_envs=6,
+        hyperparams=hyperparams,
+        seed=3,
+        collector="multisync",
+        selfplay=SelfPlay(pool_size=1, league_players=("random",)),
+    )
     task = GameTask(config)
     model = task.build_model("cpu", None)
     collector = task.collector
@@ -319,8 +343,16 @@ def test_the_train_jobs_multisync_workers_each_play_a_batch_of_games(
 def test_self_play_on_tictactoe_learns_to_beat_random_without_an_illegal_move() -> None:
     from torchrl_mask.games.evaluation import evaluate_games
 
-    model = MaskablePPO("MlpPolicy", SeatEnv("tictactoe_v3"), n_steps=128, batch_size=256, n_epochs=10,
-                        learning_rate=1e-3, ent_coef=0.01, seed=0)  # fmt: skip
+    model = MaskablePPO(
+        "MlpPolicy",
+        SeatEnv("tictactoe_v3"),
+        n_steps=128,
+        batch_size=256,
+        n_epochs=10,
+        learning_rate=1e-3,
+        ent_coef=0.01,
+        seed=0,
+    )
     untrained = evaluate_games(model, "tictactoe_v3", "random", 200, seed=1000)
     games = TurnBasedEnv("tictactoe_v3", n_games=8)  # eight games batched, as the train command plays them
     games.set_seed(0)
@@ -339,8 +371,24 @@ WIN_OR_DRAW = 0.7
 
 def test_cli_trains_a_game_and_writes_the_evaluation(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    argv = ["train", "--env", "pettingzoo:tictactoe_v3", "-n", "600", "--hyperparams", "n_envs=2", "n_steps=64",
-            "batch_size=64", "--eval-episodes", "4", "--out", str(out), "--no-progress", "--verbose", "0"]  # fmt: skip
+    argv = [
+        "train",
+        "--env",
+        "pettingzoo:tictactoe_v3",
+        "-n",
+        "600",
+        "--hyperparams",
+        "n_envs=2",
+        "n_steps=64",
+        "batch_size=64",
+        "--eval-episodes",
+        "4",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--verbose",
+        "0",
+    ]
     assert main(argv) == 0
     evaluation = json.loads((out / "evaluation.json").read_text())
     assert evaluation["metric"] == "win_rate"
@@ -356,11 +404,30 @@ def test_cli_trains_a_game_and_writes_the_evaluation(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupted_self_play_run_saves_its_model_and_win_rates(signum: int, code: int, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "torchrl_mask", "train", "--env", "pettingzoo:tictactoe_v3", "-n", "100000000",
-               "--eval-freq", "128", "--hyperparams", "n_envs=2", "n_steps=64", "batch_size=64", "--eval-episodes",
-               "4", "--out", str(out), "--no-progress"]  # fmt: skip
-    proc = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torchrl_mask",
+        "train",
+        "--env",
+        "pettingzoo:tictactoe_v3",
+        "-n",
+        "100000000",
+        "--eval-freq",
+        "128",
+        "--hyperparams",
+        "n_envs=2",
+        "n_steps=64",
+        "batch_size=64",
+        "--eval-episodes",
+        "4",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(
+        command, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     seen = 0
     for line in proc.stdout:  # SB3's logger table, twice: two rollouts trained on, a win-rate point measured
@@ -379,9 +446,28 @@ def test_an_interrupted_self_play_run_saves_its_model_and_win_rates(signum: int,
 
 def test_cli_self_play_writes_checkpoints_and_tensorboard_events(tmp_path: Path) -> None:
     out, board = tmp_path / "run", tmp_path / "tb"
-    argv = ["train", "--env", "pettingzoo:tictactoe_v3", "-n", "512", "--save-freq", "128", "--tensorboard-log",
-            str(board), "--hyperparams", "n_envs=2", "n_steps=64", "batch_size=64", "--eval-episodes", "2", "--out",
-            str(out), "--no-progress", "--verbose", "0"]  # fmt: skip
+    argv = [
+        "train",
+        "--env",
+        "pettingzoo:tictactoe_v3",
+        "-n",
+        "512",
+        "--save-freq",
+        "128",
+        "--tensorboard-log",
+        str(board),
+        "--hyperparams",
+        "n_envs=2",
+        "n_steps=64",
+        "batch_size=64",
+        "--eval-episodes",
+        "2",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--verbose",
+        "0",
+    ]
     assert main(argv) == 0
     checkpoints = sorted(path.name for path in out.glob("rl_model_*_steps.zip"))
     assert len(checkpoints) >= 2, checkpoints
@@ -402,8 +488,9 @@ def test_batched_env_plays_each_of_its_games_as_pettingzoo_does_dealt_seed_plus_
 
     env = TurnBasedEnv("connect_four_v3", n_games=3)
     env.set_seed(5)
-    collector = Collector(env, SelfPlayPolicy(_model("connect_four_v3").policy), frames_per_batch=3 * 60,
-                          total_frames=-1)  # fmt: skip
+    collector = Collector(
+        env, SelfPlayPolicy(_model("connect_four_v3").policy), frames_per_batch=3 * 60, total_frames=-1
+    )
     batch = next(iter(collector))
     collector.shutdown()
     assert batch.shape == (3, 60)

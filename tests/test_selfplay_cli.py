@@ -56,8 +56,18 @@ GAMES = {  # game: (moves trained, evaluation games per opponent)
 def test_every_masked_classic_game_trains_keeps_its_files_and_plays_no_illegal_move(game: str, tmp_path: Path) -> None:
     moves, games = GAMES[game]
     out = tmp_path / "run"
-    proc = run_cli("--env", f"pettingzoo:{game}", "-n", str(moves), *SMALL, "--eval-episodes", str(games),
-                   "--out", str(out), *QUIET)  # fmt: skip
+    proc = run_cli(
+        "--env",
+        f"pettingzoo:{game}",
+        "-n",
+        str(moves),
+        *SMALL,
+        "--eval-episodes",
+        str(games),
+        "--out",
+        str(out),
+        *QUIET,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert {"model.zip", "evaluation.json", "win_rates.csv", "learning_curve.png"} <= {p.name for p in out.iterdir()}
     assert MaskablePPO.load(out / "model.zip", device="cpu").num_timesteps >= moves
@@ -76,8 +86,9 @@ def test_a_game_without_masked_observations_is_one_line_exit_2_and_writes_nothin
 
 
 def _faulty_model(path: Path) -> Path:
-    model = MaskablePPO(FaultyPolicy, SeatEnv("tictactoe_v3"), n_steps=64, batch_size=64, seed=0,
-                        policy_kwargs={"net_arch": [32]})  # fmt: skip
+    model = MaskablePPO(
+        FaultyPolicy, SeatEnv("tictactoe_v3"), n_steps=64, batch_size=64, seed=0, policy_kwargs={"net_arch": [32]}
+    )
     model.save(path)
     return path
 
@@ -98,8 +109,21 @@ def _assert_model_kept(
 )
 def test_self_play_keeps_the_model_when_a_stage_raises(stage: str, stage_text: str, tmp_path: Path) -> None:
     agent, out = _faulty_model(tmp_path / "faulty.zip"), tmp_path / "run"
-    proc = run_cli("--env", "pettingzoo:tictactoe_v3", "-i", str(agent), "-n", "256", *SMALL[:5],
-                   "--eval-episodes", "2", "--out", str(out), *QUIET, stage=stage)  # fmt: skip
+    proc = run_cli(
+        "--env",
+        "pettingzoo:tictactoe_v3",
+        "-i",
+        str(agent),
+        "-n",
+        "256",
+        *SMALL[:5],
+        "--eval-episodes",
+        "2",
+        "--out",
+        str(out),
+        *QUIET,
+        stage=stage,
+    )
     _assert_model_kept(proc, out, stage_text)
     if stage == "callback":
         assert "_on_rollout_end" in (out / "crash.txt").read_text()
@@ -116,8 +140,22 @@ def test_self_play_keeps_the_model_when_writing_the_plot_raises(tmp_path: Path) 
         "sys.exit(main(sys.argv[1:]))\n"
     )
     path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
-    command = [sys.executable, "-c", code, "train", "--env", "pettingzoo:tictactoe_v3", "-n", "128", *SMALL,
-               "--eval-episodes", "2", "--out", str(out), *QUIET]  # fmt: skip
+    command = [
+        sys.executable,
+        "-c",
+        code,
+        "train",
+        "--env",
+        "pettingzoo:tictactoe_v3",
+        "-n",
+        "128",
+        *SMALL,
+        "--eval-episodes",
+        "2",
+        "--out",
+        str(out),
+        *QUIET,
+    ]
     proc = subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True)
     _assert_model_kept(proc, out, "writing win_rates.csv, evaluation.json or learning_curve.png")
     assert (out / "evaluation.json").exists()
@@ -133,9 +171,25 @@ def test_self_play_keeps_the_model_when_writing_the_plot_raises(tmp_path: Path) 
 )
 def test_gymnasium_paths_keep_the_model_when_a_stage_raises(algo, stage, extra, stage_text, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = run_cli("--env", "selfplay_faults:FaultyMasked-v0", "--algo", algo, "-n", "512", *extra, "--hyperparams",
-                   "n_envs=1", "n_steps=64", "batch_size=32", "--eval-episodes", "2", "--out", str(out), *QUIET,
-                   stage=stage)  # fmt: skip
+    proc = run_cli(
+        "--env",
+        "selfplay_faults:FaultyMasked-v0",
+        "--algo",
+        algo,
+        "-n",
+        "512",
+        *extra,
+        "--hyperparams",
+        "n_envs=1",
+        "n_steps=64",
+        "batch_size=32",
+        "--eval-episodes",
+        "2",
+        "--out",
+        str(out),
+        *QUIET,
+        stage=stage,
+    )
     _assert_model_kept(proc, out, stage_text, MaskableRecurrentPPO if algo == "ppo_lstm_mask" else MaskablePPO)
 
 
@@ -164,8 +218,23 @@ def test_the_same_seed_gives_the_same_evaluation_json(collector: str, league: li
     records = []
     for run in ("a", "b"):
         out = tmp_path / run
-        proc = run_cli("--env", "pettingzoo:tictactoe_v3", "-n", "256", *SMALL, "--collector", collector, "--seed",
-                       "7", *league, "--eval-episodes", "6", "--out", str(out), *QUIET)  # fmt: skip
+        proc = run_cli(
+            "--env",
+            "pettingzoo:tictactoe_v3",
+            "-n",
+            "256",
+            *SMALL,
+            "--collector",
+            collector,
+            "--seed",
+            "7",
+            *league,
+            "--eval-episodes",
+            "6",
+            "--out",
+            str(out),
+            *QUIET,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         workers = r" in [12] worker process(es)?" if collector == "multisync" else ""  # one per core, at most
         assert re.search(rf"moves: 2 games side by side{workers}, seed 7", proc.stdout), proc.stdout
@@ -186,12 +255,35 @@ def test_the_same_seed_gives_the_same_evaluation_json(collector: str, league: li
 
 def test_continuing_with_hyperparams_applies_them_and_records_what_was_used(tmp_path: Path) -> None:
     agent = tmp_path / "agent.zip"
-    MaskablePPO("MlpPolicy", SeatEnv("tictactoe_v3"), learning_rate=1e-3, ent_coef=0.0, n_steps=64, batch_size=64,
-                policy_kwargs={"net_arch": [32]}).save(agent)  # fmt: skip
+    MaskablePPO(
+        "MlpPolicy",
+        SeatEnv("tictactoe_v3"),
+        learning_rate=1e-3,
+        ent_coef=0.0,
+        n_steps=64,
+        batch_size=64,
+        policy_kwargs={"net_arch": [32]},
+    ).save(agent)
     out = tmp_path / "run"
-    proc = run_cli("--env", "pettingzoo:tictactoe_v3", "-i", str(agent), "-n", "128", "--pool-size", "2",
-                   "--hyperparams", "n_envs=2", "learning_rate=0.0005", "ent_coef=0.02", "--eval-episodes", "2",
-                   "--out", str(out), *QUIET)  # fmt: skip
+    proc = run_cli(
+        "--env",
+        "pettingzoo:tictactoe_v3",
+        "-i",
+        str(agent),
+        "-n",
+        "128",
+        "--pool-size",
+        "2",
+        "--hyperparams",
+        "n_envs=2",
+        "learning_rate=0.0005",
+        "ent_coef=0.02",
+        "--eval-episodes",
+        "2",
+        "--out",
+        str(out),
+        *QUIET,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Building 2 snapshots of the policy" in proc.stdout
     model = MaskablePPO.load(out / "model.zip", device="cpu")
@@ -383,8 +475,11 @@ def test_the_curves_top_axis_gives_the_moves_at_each_time_and_labels_them_withou
 
     from torchrl_mask.app.selfplay_files import moves_at_seconds, moves_axis
 
-    curve = [{"timestep": 477, "seconds": 0.25}, {"timestep": 600_000, "seconds": 500.0},
-             {"timestep": 1_351_840, "seconds": 1310.0}]  # fmt: skip
+    curve = [
+        {"timestep": 477, "seconds": 0.25},
+        {"timestep": 600_000, "seconds": 500.0},
+        {"timestep": 1_351_840, "seconds": 1310.0},
+    ]
     fig, ax = plt.subplots()
     try:
         ax.plot([point["seconds"] for point in curve], [0.0, 0.5, 1.0])

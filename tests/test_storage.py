@@ -119,10 +119,12 @@ def test_cuda_storage_never_leaves_the_device_and_matches_sb3_contrib():
 
 
 def test_two_buffers_given_the_same_memmap_dir_never_share_files(tmp_path):
-    small = MaskableRolloutBuffer(4, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu", n_envs=2,
-                                  storage="memmap", memmap_dir=tmp_path)  # fmt: skip
-    large = MaskableRolloutBuffer(6, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu", n_envs=3,
-                                  storage="memmap", memmap_dir=tmp_path)  # fmt: skip
+    small = MaskableRolloutBuffer(
+        4, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu", n_envs=2, storage="memmap", memmap_dir=tmp_path
+    )
+    large = MaskableRolloutBuffer(
+        6, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu", n_envs=3, storage="memmap", memmap_dir=tmp_path
+    )
     ref, _ = make_pair(OBS_SPACES["box"], ACTION_SPACES["discrete"], buffer_size=4, n_envs=2)
     fill_pair(ref, small, seed=0)
     before = small.tensordict.clone()
@@ -134,8 +136,15 @@ def test_two_buffers_given_the_same_memmap_dir_never_share_files(tmp_path):
 def test_a_memmap_folder_goes_with_its_buffer_and_a_named_folder_stays(tmp_path):
     import gc
 
-    buf = MaskableRolloutBuffer(4, OBS_SPACES["box"], ACTION_SPACES["discrete"], "cpu", n_envs=2,
-                                storage="memmap", memmap_dir=tmp_path / "rollouts")  # fmt: skip
+    buf = MaskableRolloutBuffer(
+        4,
+        OBS_SPACES["box"],
+        ACTION_SPACES["discrete"],
+        "cpu",
+        n_envs=2,
+        storage="memmap",
+        memmap_dir=tmp_path / "rollouts",
+    )
     (tmp_path / "rollouts" / "mine.txt").write_text("the user's")
     (folder,) = [path for path in (tmp_path / "rollouts").iterdir() if path.is_dir()]
     assert any(folder.rglob("*.memmap"))
@@ -169,8 +178,11 @@ def test_default_memmap_folders_are_removed_at_exit_also_after_maskableppo_load(
     temp.mkdir()
     run = subprocess.run(
         [sys.executable, "-c", script, str(tmp_path / "model.zip")],
-        env={**os.environ, "TMPDIR": str(temp)}, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        env={**os.environ, "TMPDIR": str(temp)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["3"]
     assert [path.name for path in temp.iterdir() if path.name.startswith("torchrl_mask")] == []
@@ -180,8 +192,15 @@ def test_default_memmap_folders_are_removed_at_exit_also_after_maskableppo_load(
 def test_new_storage_is_zero_with_all_allowed_masks_as_sb3_contribs_reset_leaves_it(storage, tmp_path):
     garbage = torch.full((1 << 20,), 7, dtype=torch.uint8)  # freed memory a new allocation may reuse
     del garbage
-    buf = MaskableDictRolloutBuffer(5, OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], "cpu", n_envs=3,
-                                    storage=storage, memmap_dir=tmp_path if storage == "memmap" else None)  # fmt: skip
+    buf = MaskableDictRolloutBuffer(
+        5,
+        OBS_SPACES["dict"],
+        ACTION_SPACES["multidiscrete"],
+        "cpu",
+        n_envs=3,
+        storage=storage,
+        memmap_dir=tmp_path if storage == "memmap" else None,
+    )
     ref, _ = make_pair(OBS_SPACES["dict"], ACTION_SPACES["multidiscrete"], buffer_size=5, n_envs=3)
     masks = buf.tensordict.get("action_mask")
     assert masks.all()

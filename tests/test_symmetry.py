@@ -63,8 +63,15 @@ def test_a_boards_symmetries_are_distinct_permutations_that_carry_a_move_with_it
 
 
 def _players(symmetries) -> tuple[MaskablePPO, SelfPlayPolicy, Collector]:
-    model = MaskablePPO("MlpPolicy", SeatEnv("connect_four_v3"), n_steps=64, batch_size=64, n_epochs=1,
-                        policy_kwargs={"net_arch": [16]}, seed=0)  # fmt: skip
+    model = MaskablePPO(
+        "MlpPolicy",
+        SeatEnv("connect_four_v3"),
+        n_steps=64,
+        batch_size=64,
+        n_epochs=1,
+        policy_kwargs={"net_arch": [16]},
+        seed=0,
+    )
     players = SelfPlayPolicy(model.policy, symmetries=symmetries)
     games = TurnBasedEnv("connect_four_v3", n_games=4)
     games.set_seed(0)
@@ -124,8 +131,11 @@ def test_random_images_put_each_move_in_one_of_its_images_drawn_alike() -> None:
     drawn = set()
     for move, image in zip(moves, imaged, strict=True):
         images = [move] + [image_moves(move.unsqueeze(0), symmetry)[0] for symmetry in square]
-        fits = [index for index, expected in enumerate(images, start=-1)
-                if all(torch.equal(image[key], expected[key]) for key in keys)]  # fmt: skip
+        fits = [
+            index
+            for index, expected in enumerate(images, start=-1)
+            if all(torch.equal(image[key], expected[key]) for key in keys)
+        ]
         assert fits  # view, next view, mask and action: all imaged by one symmetry, or none
         drawn |= set(fits) if len(fits) == 1 else set()  # (an early board may look alike in several)
     assert drawn == set(range(-1, 7))  # all eight met in 256 moves, the move itself among them
@@ -136,8 +146,15 @@ def test_random_images_put_each_move_in_one_of_its_images_drawn_alike() -> None:
 def test_self_play_with_random_images_trains_each_move_once_in_its_place() -> None:
     plain, _, collector = _players(())
     plain.learn(1, collector=collector)
-    model = MaskablePPO("MlpPolicy", SeatEnv("connect_four_v3"), n_steps=64, batch_size=64, n_epochs=1,
-                        policy_kwargs={"net_arch": [16]}, seed=0)  # fmt: skip
+    model = MaskablePPO(
+        "MlpPolicy",
+        SeatEnv("connect_four_v3"),
+        n_steps=64,
+        batch_size=64,
+        n_epochs=1,
+        policy_kwargs={"net_arch": [16]},
+        seed=0,
+    )
     players = SelfPlayPolicy(model.policy, symmetries=game_symmetries("connect_four_v3"), images="random")
     games = TurnBasedEnv("connect_four_v3", n_games=4)
     games.set_seed(0)

@@ -78,8 +78,9 @@ def test_a_pickled_rollout_derives_its_views_from_its_own_storage():
     for key, leaf in rollout.tensordict.items(include_nested=True, leaves_only=True):
         assert torch.equal(leaf, original.get(key)), key
     for leaf in copy.observations:
-        assert all(leaf.untyped_storage().data_ptr() != other.untyped_storage().data_ptr()
-                   for other in rollout.observations)  # fmt: skip
+        assert all(
+            leaf.untyped_storage().data_ptr() != other.untyped_storage().data_ptr() for other in rollout.observations
+        )
 
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])

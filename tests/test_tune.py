@@ -246,9 +246,22 @@ def test_two_workers_on_one_sqlite_study_run_every_trial_once(tmp_path: Path) ->
 @pytest.mark.slow
 def test_a_failing_trial_is_marked_failed_with_its_message_and_the_study_goes_on(tmp_path: Path) -> None:
     run = run_cli(
-        "tune", "--env", "tune_envs:BreaksAfter-v0", "-n", "64", "--n-trials", "2", "--no-progress",
-        "--hyperparams", "n_envs=1", "n_steps=32", "batch_size=16", "--out", "out", cwd=tmp_path,
-    )  # fmt: skip
+        "tune",
+        "--env",
+        "tune_envs:BreaksAfter-v0",
+        "-n",
+        "64",
+        "--n-trials",
+        "2",
+        "--no-progress",
+        "--hyperparams",
+        "n_envs=1",
+        "n_steps=32",
+        "batch_size=16",
+        "--out",
+        "out",
+        cwd=tmp_path,
+    )
     assert run.returncode == 1, run.stderr  # no trial completed: said in one line, no traceback of Optuna's
     assert run.stderr.startswith("torchrl-mask: no trial completed") and run.stderr.count("\n") == 1, run.stderr
     assert not list((tmp_path / "out").glob("*.png"))  # nothing to plot
@@ -263,8 +276,9 @@ def test_a_failing_trial_is_marked_failed_with_its_message_and_the_study_goes_on
 @pytest.mark.slow
 def test_ctrl_c_stops_the_study_and_keeps_its_trials_and_the_best_so_far(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "torchrl_mask", "tune", *TINY, "--n-trials", "50", "--out", "out"]
-    proc = subprocess.Popen(command, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        command, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     for line in proc.stdout:  # the first trial ends: interrupt the second
         if line.startswith("trial 0: complete"):
@@ -301,20 +315,38 @@ def test_optuna_dashboard_serves_the_study_as_a_web_page_a_browser_renders(
     port = _free_port()
     dashboard = Path(sys.executable).with_name("optuna-dashboard")
     server = subprocess.Popen(
-        [dashboard, f"sqlite:///{folder / 'study' / 'study.db'}", "--host", "127.0.0.1", "--port", str(port),
-         "--quiet"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            dashboard,
+            f"sqlite:///{folder / 'study' / 'study.db'}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--quiet",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 60
         while not _listening(port):
             assert server.poll() is None and time.monotonic() < deadline, "optuna-dashboard did not start"
             time.sleep(0.2)
         page = subprocess.run(
-            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-             "--virtual-time-budget=20000", "--dump-dom", f"http://127.0.0.1:{port}/dashboard"],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            [
+                browser,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--virtual-time-budget=20000",
+                "--dump-dom",
+                f"http://127.0.0.1:{port}/dashboard",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -326,9 +358,25 @@ def test_a_game_is_tuned_by_its_ladder_score_and_its_best_trial_retrains_to_it(t
     # Self-play trials on tic-tac-toe, each scored against the game's whole ladder (random, one-ply, perfect) by
     # the evaluation `train` writes; the best trial, retrained by the YAML's own command, scores the same.
     study_dir = tmp_path / "study"
-    tune = run_cli("tune", "--env", "pettingzoo:tictactoe_v3", "--n-trials", "2", "-n", "1024", "--n-evaluations",
-                   "1", "--eval-episodes", "4", "--hyperparams", "n_envs=2", "--no-progress", "--out",
-                   str(study_dir), cwd=tmp_path)  # fmt: skip
+    tune = run_cli(
+        "tune",
+        "--env",
+        "pettingzoo:tictactoe_v3",
+        "--n-trials",
+        "2",
+        "-n",
+        "1024",
+        "--n-evaluations",
+        "1",
+        "--eval-episodes",
+        "4",
+        "--hyperparams",
+        "n_envs=2",
+        "--no-progress",
+        "--out",
+        str(study_dir),
+        cwd=tmp_path,
+    )
     assert tune.returncode == 0, tune.stderr
     study = load(f"sqlite:///{study_dir / 'study.db'}", "ppo_mask-pettingzoo:tictactoe_v3")
     assert [trial.state for trial in study.trials] == [optuna.trial.TrialState.COMPLETE] * 2
@@ -359,14 +407,28 @@ def test_a_worker_with_other_settings_is_refused_before_any_trial(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     storage = f"sqlite:///{tmp_path / 'shared.db'}"
-    first = run_cli("tune", *TINY, "--n-trials", "1", "--storage", storage, "--study-name", "s", "--out", "a",
-                    cwd=tmp_path)  # fmt: skip
+    first = run_cli(
+        "tune", *TINY, "--n-trials", "1", "--storage", storage, "--study-name", "s", "--out", "a", cwd=tmp_path
+    )
     assert first.returncode == 0, first.stderr
     capsys.readouterr()
     for other in (["-n", "1024"], ["--algo", "ppo_lstm_mask"], ["--eval-episodes", "7"]):
         # in this process: the workers' refusal is the CLI's main, without paying a process's imports three times
-        status = main(["tune", *TINY, *other, "--n-trials", "1", "--storage", storage, "--study-name", "s", "--out",
-                       str(tmp_path / "b")])  # fmt: skip
+        status = main(
+            [
+                "tune",
+                *TINY,
+                *other,
+                "--n-trials",
+                "1",
+                "--storage",
+                storage,
+                "--study-name",
+                "s",
+                "--out",
+                str(tmp_path / "b"),
+            ]
+        )
         stderr = capsys.readouterr().err
         assert status == 2, (other, stderr)
         assert stderr.count("\n") == 1 and "the study was started with" in stderr, stderr
@@ -398,8 +460,9 @@ def test_the_default_study_lands_in_out_whatever_its_name_holds(tmp_path: Path) 
 @pytest.mark.slow
 def test_sigterm_stops_the_study_as_ctrl_c_does(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "torchrl_mask", "tune", *TINY, "--n-trials", "50", "--out", "out"]
-    proc = subprocess.Popen(command, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        command, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     for line in proc.stdout:  # the first trial ends: stop the second
         if line.startswith("trial 0: complete"):
@@ -441,8 +504,9 @@ def test_a_signal_during_a_storage_write_waits_for_the_write_then_stops_the_tria
 @pytest.mark.slow
 def test_ctrl_c_while_tune_starts_up_is_one_line(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "torchrl_mask", "tune", *TINY, "--out", "out"]
-    proc = subprocess.Popen(command, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        command, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     time.sleep(1.0)  # inside its imports (torch, Optuna), before the study begins
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
@@ -453,9 +517,27 @@ def test_ctrl_c_while_tune_starts_up_is_one_line(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_game_trial_reports_its_evaluations_and_trains_about_its_budget(tmp_path: Path) -> None:
     # self-play's callbacks run once per move: the evaluations are n_evaluations, spaced in moves
-    run = run_cli("tune", "--env", "pettingzoo:tictactoe_v3", "--n-trials", "2", "-n", "1024", "--n-evaluations",
-                  "2", "--eval-episodes", "2", "--pruner", "none", "--hyperparams", "n_envs=2", "--no-progress",
-                  "--out", "out", cwd=tmp_path)  # fmt: skip
+    run = run_cli(
+        "tune",
+        "--env",
+        "pettingzoo:tictactoe_v3",
+        "--n-trials",
+        "2",
+        "-n",
+        "1024",
+        "--n-evaluations",
+        "2",
+        "--eval-episodes",
+        "2",
+        "--pruner",
+        "none",
+        "--hyperparams",
+        "n_envs=2",
+        "--no-progress",
+        "--out",
+        "out",
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr
     for trial in load(f"sqlite:///{tmp_path / 'out' / 'study.db'}", "ppo_mask-pettingzoo:tictactoe_v3").trials:
         assert sorted(trial.intermediate_values) == [1, 2], trial.intermediate_values
@@ -465,9 +547,27 @@ def test_a_game_trial_reports_its_evaluations_and_trains_about_its_budget(tmp_pa
 
 @pytest.mark.slow
 def test_recurrent_self_play_is_tuned_as_train_runs_it(tmp_path: Path) -> None:
-    run = run_cli("tune", "--env", "pettingzoo:leduc_holdem_v4", "--algo", "ppo_lstm_mask", "--n-trials", "1", "-n",
-                  "256", "--n-evaluations", "1", "--eval-episodes", "2", "--hyperparams", "n_envs=2", "--no-progress",
-                  "--out", "out", cwd=tmp_path)  # fmt: skip
+    run = run_cli(
+        "tune",
+        "--env",
+        "pettingzoo:leduc_holdem_v4",
+        "--algo",
+        "ppo_lstm_mask",
+        "--n-trials",
+        "1",
+        "-n",
+        "256",
+        "--n-evaluations",
+        "1",
+        "--eval-episodes",
+        "2",
+        "--hyperparams",
+        "n_envs=2",
+        "--no-progress",
+        "--out",
+        "out",
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr
     (trial,) = load(f"sqlite:///{tmp_path / 'out' / 'study.db'}", "ppo_lstm_mask-pettingzoo:leduc_holdem_v4").trials
     assert trial.state == optuna.trial.TrialState.COMPLETE

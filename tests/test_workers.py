@@ -265,8 +265,9 @@ def test_a_worker_that_exits_without_an_exception_is_reported_by_its_exit_code_w
     collector = MultiSyncCollector([taxi_env, exiting_env], MaskablePolicyModule(model.policy), frames_per_batch=64)
     with pytest.raises(CollectorFailed) as failed:
         model.learn(10_000, collector=collector)
-    assert re.search(r"worker 1 \(pid \d+\) exited with code 3: it raised no exception and printed no traceback",
-                     str(failed.value)), failed.value  # fmt: skip
+    assert re.search(
+        r"worker 1 \(pid \d+\) exited with code 3: it raised no exception and printed no traceback", str(failed.value)
+    ), failed.value
     assert "traceback above" not in str(failed.value)
     assert "Traceback" not in capfd.readouterr().err  # what the message says is true: the worker printed none
     assert worker_children() == []
