@@ -17,7 +17,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from torchrl.envs import Compose, InitTracker, RenameTransform, SerialEnv, TransformedEnv
 from torchrl.envs.custom import TicTacToeEnv
 
-from torchrl_mask import masked_gym_env
+from torchrl_mask import MaskablePPO, masked_gym_env
 from torchrl_mask.rollout.masks import mask_spec
 
 TAXI = "Taxi-v4"  # gymnasium 1.4 retired Taxi-v3; v4 keeps info["action_mask"]
@@ -190,6 +190,23 @@ class DictWithMask(gym.ObservationWrapper):
 
 def invalid_discrete_env_gym() -> gym.Env:
     return InvalidActionEnvDiscrete(dim=8, n_invalid_actions=5)
+
+
+def small_model(n_steps: int = 32) -> MaskablePPO:
+    """The collector tests' model: a small MLP on :func:`invalid_discrete_env_gym`, minibatches of 64, two epochs.
+
+    :param n_steps: steps per env in a rollout.
+    """
+    return MaskablePPO(
+        "MlpPolicy",
+        invalid_discrete_env_gym(),
+        n_steps=n_steps,
+        batch_size=64,
+        n_epochs=2,
+        learning_rate=3e-3,
+        policy_kwargs=SMALL,
+        seed=0,
+    )
 
 
 class CueRecall(gym.Env):

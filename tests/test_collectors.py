@@ -24,6 +24,7 @@ from collector_envs import (
     allowed,
     invalid_discrete_env,
     invalid_discrete_env_gym,
+    small_model,
     taxi_env,
     tictactoe_env,
     two_invalid_discrete_envs,
@@ -337,16 +338,7 @@ def test_learns_torchrls_tictactoe_without_playing_an_occupied_square() -> None:
 
 @pytest.mark.slow
 def test_learns_from_multisync_collector_with_two_workers_and_leaves_no_process() -> None:
-    model = MaskablePPO(
-        "MlpPolicy",
-        invalid_discrete_env_gym(),
-        n_steps=32,
-        batch_size=64,
-        n_epochs=2,
-        learning_rate=3e-3,
-        policy_kwargs=SMALL,
-        seed=0,
-    )
+    model = small_model()
     collector = MultiSyncCollector([invalid_discrete_env] * 2, MaskablePolicyModule(model.policy), frames_per_batch=64)
     check = PolicyWasTrained()
     model.learn(192, callback=check, collector=collector)
@@ -358,16 +350,7 @@ def test_learns_from_multisync_collector_with_two_workers_and_leaves_no_process(
 @pytest.mark.slow
 def test_workers_running_batched_envs_fill_one_row_per_env() -> None:
     """MultiSyncCollector stacks (workers, envs, T); each env becomes one row of the rollout."""
-    model = MaskablePPO(
-        "MlpPolicy",
-        invalid_discrete_env_gym(),
-        n_steps=16,
-        batch_size=64,
-        n_epochs=2,
-        learning_rate=3e-3,
-        policy_kwargs=SMALL,
-        seed=0,
-    )
+    model = small_model(n_steps=16)
     collector = MultiSyncCollector(
         [two_invalid_discrete_envs] * 2, MaskablePolicyModule(model.policy), frames_per_batch=64
     )
@@ -384,16 +367,7 @@ def test_workers_running_batched_envs_fill_one_row_per_env() -> None:
 @pytest.mark.slow
 def test_learns_from_a_distributed_collector_on_loopback() -> None:
     """TorchRL's torch.distributed collector (gloo), its workers launched locally; see docs for several hosts."""
-    model = MaskablePPO(
-        "MlpPolicy",
-        invalid_discrete_env_gym(),
-        n_steps=32,
-        batch_size=64,
-        n_epochs=2,
-        learning_rate=3e-3,
-        policy_kwargs=SMALL,
-        seed=0,
-    )
+    model = small_model()
     collector = DistributedCollector(
         [invalid_discrete_env] * 2,
         MaskablePolicyModule(model.policy),
@@ -471,16 +445,7 @@ def test_learn_refuses_a_distributed_sync_collector_naming_the_on_policy_one() -
 def test_a_second_learn_on_the_same_collector_continues_its_batches_with_the_weights_just_trained() -> None:
     """learn(..., shutdown=False) then learn(..., reset_num_timesteps=False): the second learn continues the
     collector's batch stream (TorchRL ends the workers when the iterator driving them is dropped)."""
-    model = MaskablePPO(
-        "MlpPolicy",
-        invalid_discrete_env_gym(),
-        n_steps=32,
-        batch_size=64,
-        n_epochs=2,
-        learning_rate=3e-3,
-        policy_kwargs=SMALL,
-        seed=0,
-    )
+    model = small_model()
     collector = MultiSyncCollector([invalid_discrete_env] * 2, MaskablePolicyModule(model.policy), frames_per_batch=64)
     check = PolicyWasTrained()
     try:

@@ -19,13 +19,12 @@ import psutil
 import pytest
 import torch
 from collector_envs import (
-    SMALL,
     CollectedByTheLearnersLSTM,
     CueRecall,
     invalid_discrete_env,
-    invalid_discrete_env_gym,
     recurrent_cue_recall_env,
     seeded_invalid_discrete_env,
+    small_model,
 )
 from stable_baselines3.common.env_util import make_vec_env
 from torchrl.collectors import MultiSyncCollector
@@ -74,19 +73,6 @@ def ray_cluster() -> Iterator[None]:
         _, alive = psutil.wait_procs(list(started), timeout=60)
         running = [proc for proc in alive if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE]
         assert running == [], f"{running} outlived ray.shutdown()"
-
-
-def small_model() -> MaskablePPO:
-    return MaskablePPO(
-        "MlpPolicy",
-        invalid_discrete_env_gym(),
-        n_steps=32,
-        batch_size=64,
-        n_epochs=2,
-        learning_rate=3e-3,
-        policy_kwargs=SMALL,
-        seed=0,
-    )
 
 
 def learned(collector_class: Any, **kwargs: Any) -> tuple[torch.Tensor, MaskablePPO, Any]:
