@@ -11,6 +11,7 @@ from gymnasium import spaces
 from sb3_contrib.common.maskable import buffers as sb3c
 
 import torchrl_mask
+from torchrl_mask import MaskablePPO, SeatEnv
 from torchrl_mask.rollout.masks import mask_spec
 
 OBS_SPACES: dict[str, spaces.Space] = {
@@ -146,3 +147,13 @@ class MaskInObservation(gym.Wrapper):
     def step(self, action: Any) -> tuple[dict[str, Any], Any, bool, bool, dict]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         return self._with_mask(obs), reward, terminated, truncated, info
+
+
+def seat_model(game: str) -> MaskablePPO:
+    """A small MaskablePPO for one seat of a PettingZoo classic game: 64 moves a rollout, one epoch, 16 units.
+
+    :param game: the game's name (``"tictactoe_v3"``).
+    """
+    return MaskablePPO(
+        "MlpPolicy", SeatEnv(game), n_steps=64, batch_size=64, n_epochs=1, policy_kwargs={"net_arch": [16]}, seed=0
+    )

@@ -8,9 +8,10 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from helpers import seat_model
 from torchrl.collectors import Collector, MultiSyncCollector
 
-from torchrl_mask import MaskablePPO, SeatEnv, SelfPlayPolicy, TurnBasedEnv
+from torchrl_mask import SelfPlayPolicy, TurnBasedEnv
 from torchrl_mask.app.config import SelfPlay, TrainConfig
 from torchrl_mask.app.game_collector import SNAPSHOTS, build_collector
 from torchrl_mask.games.evaluation import WinRates, evaluate_games, point_values
@@ -22,18 +23,6 @@ from torchrl_mask.games.seat_split import seat_transitions
 def first_legal(observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
     """A fixed player whose every move can be told in advance."""
     return int(np.flatnonzero(mask)[0])
-
-
-def _model() -> MaskablePPO:
-    return MaskablePPO(
-        "MlpPolicy",
-        SeatEnv("tictactoe_v3"),
-        n_steps=64,
-        batch_size=64,
-        n_epochs=1,
-        policy_kwargs={"net_arch": [16]},
-        seed=0,
-    )
 
 
 def test_the_league_draws_most_the_opponents_the_learner_does_not_beat_and_keeps_a_share_for_the_others() -> None:
@@ -55,7 +44,7 @@ def test_the_league_draws_most_the_opponents_the_learner_does_not_beat_and_keeps
 
 
 def test_fixed_players_play_their_games_the_draw_picks_the_opponent_and_only_the_learner_trains() -> None:
-    model = _model()
+    model = seat_model("tictactoe_v3")
     players = SelfPlayPolicy(model.policy, pool_size=1, fixed={"first": first_legal})
     games = TurnBasedEnv("tictactoe_v3", opponents=2, n_games=8)
     games.set_seed(0)
@@ -78,7 +67,7 @@ def test_a_league_reaches_worker_processes_with_its_scores_and_its_fixed_players
     for seed in range(5):  # the copy searches as the original does
         mask = np.ones(7, bool)
         assert copy(board, mask, np.random.default_rng(seed)) == original(board, mask, np.random.default_rng(seed))
-    model = _model()
+    model = seat_model("tictactoe_v3")
     players = SelfPlayPolicy(model.policy, pool_size=1, fixed={"perfect": perfect_tictactoe})
     makers = [lambda: TurnBasedEnv("tictactoe_v3", opponents=2)] * 2
     collector = MultiSyncCollector(makers, players, frames_per_batch=128, total_frames=-1)
@@ -102,7 +91,7 @@ def test_a_league_reaches_worker_processes_with_its_scores_and_its_fixed_players
 
 
 def test_win_rates_measures_every_snapshot_as_it_is_taken_and_names_its_slot() -> None:
-    model = _model()
+    model = seat_model("tictactoe_v3")
     players = SelfPlayPolicy(model.policy, pool_size=2, snapshot_every=1)
     games = TurnBasedEnv("tictactoe_v3", opponents=2, n_games=4)
     games.set_seed(0)
@@ -110,7 +99,8 @@ def test_win_rates_measures_every_snapshot_as_it_is_taken_and_names_its_slot() -
     model.learn(4 * 64, callback=rates, collector=Collector(games, players, frames_per_batch=64))
     slots = [point["snapshot"] for point in rates.points]
     assert players.snapshots > 2 and slots == [n % 2 for n in range(players.snapshots)]  # one a snapshot, no other
-    final = _model()  # the weights the last snapshot holds, measured again: the same figures as its point
+    # the weights the last snapshot holds, measured again: the same figures as its point
+    final = seat_model("tictactoe_v3")
     final.policy.load_state_dict(players.pool[players.latest_slot].policy.state_dict())
     results = {
         name: evaluate_games(final, "tictactoe_v3", name, 6, seed=rates.point_seed(len(rates.points) - 1))
@@ -128,7 +118,7 @@ def test_win_rates_measures_every_snapshot_as_it_is_taken_and_names_its_slot() -
 
 
 def test_a_game_keeps_the_opponent_its_first_move_drew_when_the_league_changes_its_mind() -> None:
-    players = SelfPlayPolicy(_model().policy, pool_size=1, fixed={"perfect": perfect_tictactoe})
+    players = SelfPlayPolicy(seat_model("tictactoe_v3").policy, pool_size=1, fixed={"perfect": perfect_tictactoe})
     games = TurnBasedEnv("tictactoe_v3", opponents=2, n_games=32)
     games.set_seed(0)
     stream = iter(Collector(games, players, frames_per_batch=32, total_frames=-1))
@@ -142,7 +132,7 @@ def test_a_game_keeps_the_opponent_its_first_move_drew_when_the_league_changes_i
 
 
 def test_the_train_job_takes_about_thirty_snapshots_a_run_and_one_per_ten_rollouts_at_most() -> None:
-    model = _model()  # 64 moves a rollout per game
+    model = seat_model("tictactoe_v3")  # 64 moves a rollout per game
     for moves, every in ((10_000, 10), (1_000_000, 2 * 1_000_000 // (2 * 64) // SNAPSHOTS)):
         config = TrainConfig(
             env_id="pettingzoo:tictactoe_v3", n_timesteps=moves, n_envs=2, selfplay=SelfPlay(pool_size=1)
@@ -153,7 +143,7 @@ def test_the_train_job_takes_about_thirty_snapshots_a_run_and_one_per_ten_rollou
 
 
 def test_the_learner_computes_only_its_own_moves_and_the_opponents_fill_in_theirs() -> None:
-    model = _model()
+    model = seat_model("tictactoe_v3")
     players = SelfPlayPolicy(model.policy, pool_size=1, fixed={"first": first_legal})
     seen: list[int] = []
     model.policy.features_extractor.register_forward_hook(lambda module, args, out: seen.append(len(out)))
@@ -208,7 +198,7 @@ def test_a_self_share_gives_the_learner_that_share_of_games_against_itself_and_k
 
 
 def test_in_a_game_against_itself_the_learner_plays_and_trains_every_seat() -> None:
-    model = _model()
+    model = seat_model("tictactoe_v3")
     players = SelfPlayPolicy(model.policy, pool_size=1, fixed={"first": first_legal}, self_share=0.5)
     seen: list[int] = []
     model.policy.features_extractor.register_forward_hook(lambda module, args, out: seen.append(len(out)))

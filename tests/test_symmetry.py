@@ -7,6 +7,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from helpers import seat_model
 from torchrl.collectors import Collector
 
 from torchrl_mask import MaskablePPO, SeatEnv, SelfPlayPolicy, TurnBasedEnv
@@ -63,15 +64,7 @@ def test_a_boards_symmetries_are_distinct_permutations_that_carry_a_move_with_it
 
 
 def _players(symmetries) -> tuple[MaskablePPO, SelfPlayPolicy, Collector]:
-    model = MaskablePPO(
-        "MlpPolicy",
-        SeatEnv("connect_four_v3"),
-        n_steps=64,
-        batch_size=64,
-        n_epochs=1,
-        policy_kwargs={"net_arch": [16]},
-        seed=0,
-    )
+    model = seat_model("connect_four_v3")
     players = SelfPlayPolicy(model.policy, symmetries=symmetries)
     games = TurnBasedEnv("connect_four_v3", n_games=4)
     games.set_seed(0)
@@ -146,15 +139,7 @@ def test_random_images_put_each_move_in_one_of_its_images_drawn_alike() -> None:
 def test_self_play_with_random_images_trains_each_move_once_in_its_place() -> None:
     plain, _, collector = _players(())
     plain.learn(1, collector=collector)
-    model = MaskablePPO(
-        "MlpPolicy",
-        SeatEnv("connect_four_v3"),
-        n_steps=64,
-        batch_size=64,
-        n_epochs=1,
-        policy_kwargs={"net_arch": [16]},
-        seed=0,
-    )
+    model = seat_model("connect_four_v3")
     players = SelfPlayPolicy(model.policy, symmetries=game_symmetries("connect_four_v3"), images="random")
     games = TurnBasedEnv("connect_four_v3", n_games=4)
     games.set_seed(0)
