@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from torchrl_mask.bench import buffers as benchmark
+from torchrl_mask.bench import charts
 from torchrl_mask.bench import grid as grid
 from torchrl_mask.bench import report as report
 
@@ -288,9 +289,11 @@ def test_bench_learn_recurrent_checks_unmasked_parity_with_recurrent_ppo_and_rep
     assert "FAIL" not in done.stdout
 
 
-def test_bench_selfplay_reports_both_speeds_of_each_game_as_ratios_to_its_own_random_play():
+def test_bench_selfplay_reports_both_speeds_of_each_game_as_ratios_to_its_own_random_play(tmp_path):
     # `torchrl-mask bench selfplay` as a user runs it, tiny: one round of random play, collection and a whole train
-    # job per game; each ratio is the round's speed over the round's random play (one round: its own).
+    # job per game; each ratio is the round's speed over the round's random play (one round: its own). --json
+    # writes the same figures as the benchmarks page's chart reads them.
+    data_file = tmp_path / "selfplay_speed.json"
     args = [
         "bench",
         "selfplay",
@@ -307,6 +310,8 @@ def test_bench_selfplay_reports_both_speeds_of_each_game_as_ratios_to_its_own_ra
         "--games",
         "tictactoe_v3",
         "connect_four_v3",
+        "--json",
+        str(data_file),
         "--",
         "--self-share",
         "0.5",
@@ -318,6 +323,8 @@ def test_bench_selfplay_reports_both_speeds_of_each_game_as_ratios_to_its_own_ra
         [sys.executable, "-m", "torchrl_mask", *args[:2], "--n-envs", "0"], capture_output=True, text=True, timeout=300
     )
     assert refused.returncode == 2 and "--n-envs must be at least 1" in refused.stderr, refused.stderr
+    data = charts.load(data_file)  # the fields the chart reads, all there
+    assert data["command"].startswith("torchrl-mask bench selfplay --rounds 1") and data["date"].endswith(" UTC")
     speed, ratio = r"([\d,]+)", r"([\d.]+)x \(([\d.]+)x-([\d.]+)x\)"
     three = rf" \| {speed} \| {ratio}" * 3  # collection, whole run, collection through PettingZoo's env
     for game in ("tictactoe_v3", "connect_four_v3"):
@@ -343,6 +350,29 @@ def test_bench_selfplay_reports_both_speeds_of_each_game_as_ratios_to_its_own_ra
         collecting, updating, measuring, final, other = phases
         assert min(collecting, updating, measuring, final) > 0 and other > -3
         assert sum(phases) == pytest.approx(run_us, abs=3)
+        # the chart's file holds the printed figures: speeds to the move a second, ratios to two decimals
+        (row_data,) = [row for row in data["games"] if row["game"] == game]
+        assert row_data["random_play_moves_s"] == base
+        for name, (speed_value, median, low, high) in zip(
+            ("collection", "whole_run", "pettingzoo_collection"), (cells[0:4], cells[4:8], cells[8:12]), strict=True
+        ):
+            assert row_data[f"{name}_moves_s"] == speed_value
+            assert (row_data[f"{name}_ratio"], row_data[f"{name}_ratio_min"], row_data[f"{name}_ratio_max"]) == (
+                median,
+                low,
+                high,
+            )
+        us = row_data["us_per_move"]
+        assert [us[key] for key in ("random_play", "collection", "policy", "games_steps", "whole_run")] == [
+            random_us,
+            collect_us,
+            policy,
+            steps,
+            run_us,
+        ]
+        assert [us[phase] for phase in ("collecting", "updating", "measuring", "final", "other")] == phases
+    charts.draw_selfplay_speed(data, tmp_path / "selfplay_speed.png")
+    assert (tmp_path / "selfplay_speed.png").stat().st_size > 0
 
 
 def test_bench_memory_trains_both_models_for_the_same_time_and_reports_their_chips_and_illegal_moves():
@@ -399,6 +429,28 @@ def test_bench_selfplay_says_not_run_for_the_whole_runs_it_skipped():
     report = render([speeds], "torchrl-mask bench selfplay --no-run", 1).splitlines()
     assert "| tictactoe_v3 | 100 | 50 | 0.50x (0.50x-0.50x) | not run | not run | 20 | 0.20x (0.20x-0.20x) |" in report
     assert report[-1] == "| tictactoe_v3 | 10,000 | 20,000 | 4,000 | 9,000 | not run" + " | not run" * 5 + " |"
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--no-run"], "leave out --no-run, or --json"),
+        (["--json", "no-such-folder/selfplay_speed.json"], "no folder no-such-folder"),
+    ],
+)
+def test_bench_selfplay_refuses_a_json_it_could_not_write_before_measuring(
+    options: list[str], says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the chart's file needs the whole runs, and a folder to go in: refused in one line, before anything is timed
+    from torchrl_mask.bench.selfplay import _parse
+
+    monkeypatch.chdir(tmp_path)
+    json_options = [] if "--json" in options else ["--json", "selfplay_speed.json"]
+    with pytest.raises(SystemExit) as exit_info:
+        _parse(["--games", "tictactoe_v3", *json_options, *options])
+    assert exit_info.value.code == 2
+    assert says in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(("game", "says"), [("foo_v1", "is not a PettingZoo classic game"), ("rps_v2", "action mask")])

@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         variants,
         skipped,
         command=command.strip(),
-        machine=_machine(),
+        machine=report.machine(),
         rounds=args.rounds,
         device=args.device,
         threads=args.threads,
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         report.update_markdown(path, text)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(report.as_json(results, skipped, _machine()), f, indent=2)
+            json.dump(report.as_json(results, skipped, report.machine()), f, indent=2)
     return 0
 
 
@@ -370,16 +370,3 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
-
-
-def _machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    text = f"{os.cpu_count()} cores, {cpu}, torch {torch.__version__}"
-    if torch.cuda.is_available():
-        text += f", GPU {torch.cuda.get_device_name()}"
-    return text

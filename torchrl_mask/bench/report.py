@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ __all__ = [
     "as_json",
     "cell_line",
     "check_markers",
+    "machine",
     "parameter_gap",
     "parameter_tolerance",
     "render",
@@ -44,6 +46,21 @@ LABELS = {"add": "add", "gae": "GAE", "get": "get", "total": "iteration"}
 # work: bit for bit on the CPU; on a CUDA device to this absolute difference, room for kernels that round a float32
 # sum in another order (atomics), and far below what one learning step with a different action would move.
 CUDA_PARAMETER_ATOL = 1e-3
+
+
+def machine() -> str:
+    """The machine a benchmark ran on, for its report: its cores, CPU model and torch version, and its GPU where it
+    has one."""
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    text = f"{os.cpu_count()} cores, {cpu}, torch {torch.__version__}"
+    if torch.cuda.is_available():
+        text += f", GPU {torch.cuda.get_device_name()}"
+    return text
 
 
 def parameter_tolerance(device: str) -> float:

@@ -26,6 +26,9 @@ Each round measures all four, one after the other, and divides the two speeds by
 the report gives the median of the per-round ratios with the worst and best beside it, so that machine load
 hits a ratio's two sides alike. Goals of issue 33: collection at least 0.7x the game's own random play, a whole
 run at least 0.4x.
+
+``--json docs/data/selfplay_speed.json`` also writes the figures as the benchmarks page's chart reads them
+(:func:`chart_data`); ``python -m torchrl_mask.bench.charts`` then redraws the chart from them.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import datetime
 import functools
 import io
+import json
 import statistics
 import sys
 import tempfile
@@ -318,6 +323,54 @@ def render(results: list[GameSpeeds], command: str, rounds: int) -> str:
     return "\n".join(lines)
 
 
+def chart_data(results: list[GameSpeeds], command: str, rounds: int, date: str, machine: str) -> dict[str, Any]:
+    """The figures of :func:`render`'s two tables as ``docs/data/selfplay_speed.json`` holds them for its chart
+    (:func:`~torchrl_mask.bench.charts.draw_selfplay_speed`): per game, each speed's median over the rounds in
+    moves a second, its ratio to random play (median, worst and best, to two decimals), and the microseconds a
+    move of each part.
+
+    :param results: every game's measurements, whole runs included.
+    :param command: the command that measured them.
+    :param rounds: rounds run.
+    :param date: when they ran (``"2026-12-05 23:20-23:28 UTC"``).
+    :param machine: what they ran on (:func:`~torchrl_mask.bench.report.machine`).
+    :return: a JSON-able dict.
+    """
+    games = []
+    for speeds in results:
+        row: dict[str, Any] = {"game": speeds.game, "random_play_moves_s": round(statistics.median(speeds.random_play))}
+        for what, name in (("collection", "collection"), ("run", "whole_run"), ("pettingzoo", "pettingzoo_collection")):
+            ratios = speeds.ratios(what)
+            row[f"{name}_moves_s"] = round(statistics.median(getattr(speeds, what)))
+            row[f"{name}_ratio"] = round(statistics.median(ratios), 2)
+            row[f"{name}_ratio_min"], row[f"{name}_ratio_max"] = round(min(ratios), 2), round(max(ratios), 2)
+        per_move = {
+            "random_play": 1e6 / statistics.median(speeds.random_play),
+            "collection": 1e6 / statistics.median(speeds.collection),
+            "policy": statistics.median(costs["policy"] for costs in speeds.costs),
+            "games_steps": statistics.median(costs["game"] for costs in speeds.costs),
+            "whole_run": 1e6 / statistics.median(speeds.run),
+            **{phase: statistics.median(costs[phase] for costs in speeds.costs) for phase in PHASES},
+        }
+        row["us_per_move"] = {key: round(value) for key, value in per_move.items()}
+        games.append(row)
+    return {
+        "command": command,
+        "date": date,
+        "machine": machine,
+        "measures": f"moves a second, and each as a ratio to the same round's PettingZoo random play of the game "
+        f"(median of {rounds} rounds, min-max): collection, collection through PettingZoo's own env, a whole "
+        "default train run (a tenth of its moves); microseconds a move",
+        "games": games,
+    }
+
+
+def _when(start: datetime.datetime, end: datetime.datetime) -> str:
+    """``"2026-12-05 23:20-23:28 UTC"``: a span of minutes in UTC, the end's date given where it differs."""
+    same_day = start.date() == end.date()
+    return f"{start:%Y-%m-%d %H:%M}-{end:%H:%M}" if same_day else f"{start:%Y-%m-%d %H:%M}-{end:%Y-%m-%d %H:%M}"
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     from torchrl_mask.app.game_task import check_game
     from torchrl_mask.app.kinds import game_env_id
@@ -342,6 +395,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-run", action="store_true", help="skip the whole runs (collection only)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--json",
+        type=Path,
+        metavar="PATH",
+        help="also write the figures as the chart reads them (docs/data/selfplay_speed.json)",
+    )
     given = list(sys.argv[1:] if argv is None else argv)
     cut = given.index("--") if "--" in given else len(given)
     args = parser.parse_args(given[:cut])
@@ -360,6 +419,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         < 1
     ):
         parser.error("--rounds, --random-moves, --batches, --timesteps and --n-envs must be at least 1.")
+    if args.json is not None and args.no_run:
+        parser.error("--json writes the chart's figures, whole runs among them; leave out --no-run, or --json.")
+    if args.json is not None and not args.json.parent.is_dir():
+        parser.error(f"--json {args.json}: no folder {args.json.parent}; make it, or give a path in a folder.")
     return args
 
 
@@ -370,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     :return: process exit code.
     """
     args = _parse(argv)
+    started = datetime.datetime.now(datetime.UTC)
     torch.set_num_threads(1)  # the train job's default --threads
     results = [GameSpeeds(game) for game in args.games]
     for round_index in range(args.rounds):
@@ -396,4 +460,11 @@ def main(argv: list[str] | None = None) -> int:
     command = "torchrl-mask bench selfplay " + " ".join(argv if argv is not None else [])
     print()
     print(render(results, command.strip(), args.rounds))
+    if args.json is not None:
+        from torchrl_mask.bench.report import machine
+
+        date = _when(started, datetime.datetime.now(datetime.UTC)) + " UTC"
+        data = chart_data(results, command.strip(), args.rounds, date, machine())
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+        print(f"\nWrote {args.json}")
     return 0
