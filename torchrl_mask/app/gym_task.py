@@ -115,7 +115,7 @@ class GymTask:
             self.policy = self.choose_policy(config, env.observation_space)
             self.kwargs = model_kwargs(config.hyperparams, self.policy, config.algo)
             if config.trained_agent is not None:
-                check_trained_agent(config.trained_agent, env, ALGORITHMS[config.algo])
+                check_trained_agent(config.trained_agent, env, ALGORITHMS[config.algo], self.check_saved)
             self.mask_text = MASK_SOURCE_TEXT[env.get_wrapper_attr("source")]
         finally:
             env.close()
@@ -133,6 +133,15 @@ class GymTask:
         :param observation_space: the env's observations.
         """
         return fitting_policy(config, observation_space)
+
+    def check_saved(self, path: Path, data: dict[str, Any]) -> None:
+        """The task's own check of the ``-i`` model's saved data, before its spaces are compared
+        (:func:`~torchrl_mask.app.trained_agent.check_trained_agent`'s ``check_saved``): none for a gymnasium env,
+        whose spaces say it all.
+
+        :param path: the ``-i`` file, for the message.
+        :param data: the zip's saved data.
+        """
 
     def first_line(self) -> str:
         config = self.config

@@ -68,24 +68,19 @@ class JobShopTask(GymTask):
                 f"--collector {config.collector} with JobScorerPolicy: the collectors' policy module runs SB3's "
                 "stock networks only; leave --collector out (SB3's VecEnv), or give --hyperparams policy=MlpPolicy."
             )
-        if config.trained_agent is not None:
-            self._check_jobs(config)
         super().__init__(config, partial(_scheduling().make_env, self.instance))
 
-    def _check_jobs(self, config: TrainConfig) -> None:
-        """The ``-i`` model has one action per job of this instance: else the one line that says so."""
-        from stable_baselines3.common.save_util import load_from_zip_file
+    def check_saved(self, path: Path, data: dict[str, Any]) -> None:
+        """The ``-i`` model has one action per job of this instance: else the one line that says so.
 
-        assert config.trained_agent is not None
-        try:
-            data, _, _ = load_from_zip_file(config.trained_agent, device="cpu", print_system_info=False)
-        except Exception:  # the GymTask's own check says what is wrong with the file
-            return
-        jobs = getattr((data or {}).get("action_space"), "n", None)
+        :param path: the ``-i`` file, for the message.
+        :param data: the zip's saved data.
+        """
+        jobs = getattr(data.get("action_space"), "n", None)
         try:
             _scheduling().check_instance(self.instance, num_jobs=None if jobs is None else int(jobs))
         except ValueError as err:
-            raise UsageError(f"-i {config.trained_agent}: {' '.join(str(err).split())}") from None
+            raise UsageError(f"-i {path}: {' '.join(str(err).split())}") from None
 
     def choose_policy(self, config: TrainConfig, observation_space: Any) -> Any:
         """The policy asked for (checked when the task was made): ``JobScorerPolicy`` as its class."""

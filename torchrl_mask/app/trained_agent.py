@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pickle
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 from sb3_contrib import RecurrentPPO
@@ -38,17 +40,26 @@ _LOAD_ERRORS = (
 )
 
 
-def check_trained_agent(path: Path, env: gym.Env, algorithm: type[BaseAlgorithm]) -> None:
+def check_trained_agent(
+    path: Path,
+    env: gym.Env,
+    algorithm: type[BaseAlgorithm],
+    check_saved: Callable[[Path, dict[str, Any]], None] | None = None,
+) -> None:
     """``path`` loads as ``algorithm``'s model, of the same kind (with or without an LSTM), its spaces the env's.
 
     :param path: the ``-i`` file.
     :param env: the run's env (made with its masks).
     :param algorithm: the class ``--algo`` trains (``MaskablePPO`` or ``MaskableRecurrentPPO``).
+    :param check_saved: the task's own check of the saved data (the zip's ``data``: its spaces, its policy class),
+        made before the spaces are compared, so that its message comes first; it raises a ``UsageError``.
     :raises UsageError: a file that does not load as such a model, of the other kind, or for other spaces.
     """
     try:
         data, _, _ = load_from_zip_file(path, device="cpu", print_system_info=False)
         _check_kind(path, data, algorithm)
+        if check_saved is not None:
+            check_saved(path, data or {})
         saved = algorithm.load(path, device="cpu")
         check_for_correct_spaces(env, saved.observation_space, saved.action_space)
     except UsageError:
