@@ -371,6 +371,23 @@ def _when(start: datetime.datetime, end: datetime.datetime) -> str:
     return f"{start:%Y-%m-%d %H:%M}-{end:%H:%M}" if same_day else f"{start:%Y-%m-%d %H:%M}-{end:%Y-%m-%d %H:%M}"
 
 
+def _without_json(argv: Sequence[str]) -> list[str]:
+    """The command's arguments without ``--json PATH`` (``--json=PATH``), which says where the figures go, not what
+    was measured: the chart names the command that measured them."""
+    kept: list[str] = []
+    skip = False
+    for index, item in enumerate(argv):
+        if skip:
+            skip = False
+        elif item == "--":
+            return kept + list(argv[index:])
+        elif item == "--json":
+            skip = True
+        elif not item.startswith("--json="):
+            kept.append(item)
+    return kept
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     from torchrl_mask.app.game_task import check_game
     from torchrl_mask.app.kinds import game_env_id
@@ -464,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
         from torchrl_mask.bench.report import machine
 
         date = _when(started, datetime.datetime.now(datetime.UTC)) + " UTC"
-        data = chart_data(results, command.strip(), args.rounds, date, machine())
+        measured = "torchrl-mask bench selfplay " + " ".join(_without_json(argv if argv is not None else []))
+        data = chart_data(results, measured.strip(), args.rounds, date, machine())
         args.json.write_text(json.dumps(data, indent=2) + "\n")
         print(f"\nWrote {args.json}")
     return 0
