@@ -44,11 +44,11 @@ from optuna.storages.journal import JournalFileBackend
 from sqlalchemy.exc import DBAPIError
 from stable_baselines3.common.callbacks import BaseCallback
 
-from torchrl_mask.app import results, run_folder, search_spaces, tune_args, tune_outputs
+from torchrl_mask.app import run_folder, search_spaces, tune_args, tune_outputs
 from torchrl_mask.app.config import TrainConfig, check_rollout, default_selfplay
 from torchrl_mask.app.files import signals_held
 from torchrl_mask.app.hyperparams import UsageError
-from torchrl_mask.app.masked_env import make_masked_env, one_line
+from torchrl_mask.app.masked_env import one_line
 from torchrl_mask.app.models import ALGORITHMS
 from torchrl_mask.app.pipeline import Terminated, interrupt_for, sigterm_as_interrupt, train_model
 from torchrl_mask.app.prepare import make_task
@@ -64,7 +64,6 @@ __all__ = [
     "make_study",
     "run_trial",
     "run_tune",
-    "trial_value",
     "tune",
 ]
 
@@ -140,19 +139,6 @@ def _train_config(config: TuneConfig, hyperparams: dict[str, Any], seed: int) ->
         algo=config.algo,  # type: ignore[arg-type]
         selfplay=default_selfplay(config.env_id, config.algo),
     )
-
-
-def trial_value(model: Any, env_id: str, episodes: int, seed: int, use_masking: bool = True) -> float:
-    """A gymnasium trial's score: the mean return of the masked evaluation, as ``train`` reports it.
-
-    :param model: the trained model.
-    :param env_id: the env.
-    :param episodes: episodes to play.
-    :param seed: the trial's seed.
-    :param use_masking: False scores without masks (what rl-zoo3 does), for comparison.
-    :return: the mean episode return.
-    """
-    return results.mean_return(model, partial(make_masked_env, env_id), episodes, seed, use_masking)
 
 
 def run_trial(config: TuneConfig, trial: optuna.Trial, received: list[int] | None = None) -> float:
