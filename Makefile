@@ -29,7 +29,8 @@ train: setup
 # The suite runs on up to 4 of the machine's cores (pytest-xdist); each test keeps to one torch thread. Worksteal
 # keeps both workers busy to the end, since the longest tests (the docs build, the self-play runs) take minutes.
 test: setup browser
-	$(BIN)/ruff check torchrl_mask tests benchmarks
+	$(BIN)/ruff check torchrl_mask tests benchmarks tutorials
+	$(BIN)/ruff format --check torchrl_mask tests benchmarks tutorials
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist worksteal
 
