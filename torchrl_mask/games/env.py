@@ -62,6 +62,7 @@ from torchrl.data import Binary, Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 from torchrl_mask.games.boards import BOARD_GAMES, BoardGames, check_openings
+from torchrl_mask.games.profile import not_a_game
 
 __all__ = ["TurnBasedEnv", "deal_seeds", "game_seed", "game_spaces", "make_game"]
 
@@ -133,10 +134,7 @@ def make_game(game: str | Any) -> Any:
             raise ImportError(f"PettingZoo's {game} needs {err.name}: pip install 'torchrl-mask[games]'.") from err
         module = None
     if module is None or not hasattr(module, "env"):
-        raise ValueError(
-            f"{game!r} is not a PettingZoo classic game; use e.g. 'connect_four_v3' or 'tictactoe_v3' "
-            "(pettingzoo.classic lists them)."
-        )
+        raise ValueError(not_a_game(game))
     return module.env()
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "GameProfile",
     "Images",
     "game_profile",
+    "not_a_game",
     "profiles",
 ]
 
@@ -150,3 +151,15 @@ def _copy(value: Any) -> Any:
     if isinstance(value, list):
         return [_copy(item) for item in value]
     return value
+
+
+def not_a_game(game: str) -> str:
+    """What to say of a name that is no PettingZoo classic game, and which to use instead: one sentence, for
+    :func:`~torchrl_mask.games.env.make_game` and for the command line's check before torch is imported.
+
+    :param game: the name given (``"conect_four_v3"``).
+    """
+    return (
+        f"{game!r} is not a PettingZoo classic game; use e.g. 'connect_four_v3' or 'tictactoe_v3' "
+        "(pettingzoo.classic lists them)."
+    )
